@@ -1,0 +1,290 @@
+// Package redistest starts a real redis-server for a test package and hands
+// each test its own namespace, so tests run in parallel without FlushDB.
+//
+// Use it from a one-line TestMain:
+//
+//	func TestMain(m *testing.M) { redistest.Main(m) }
+//
+// and in tests:
+//
+//	rdb, ns := redistest.New(t)
+//
+// If redis-server is not installed the package fails with the install
+// command; it never skips silently.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// InstallHint is printed when redis-server cannot be found.
+const InstallHint = "redis-server not found: install it with `sudo apt-get install -y redis-server` (or run `make test`, which does it for you)"
+
+// shared is the per-package server started by Main. It is set once, before
+// any test runs, and only read afterwards.
+var shared *Server
+
+// Main starts a redis-server, runs the package's tests and stops the server.
+func Main(m *testing.M) {
+	srv, err := Start(Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "redistest:", err)
+		os.Exit(2)
+	}
+	shared = srv
+	code := m.Run()
+	srv.Stop()
+	os.Exit(code)
+}
+
+// New returns a client of the package's server and a fresh namespace for
+// this test. The client is closed when the test ends.
+func New(t testing.TB) (redis.UniversalClient, string) {
+	t.Helper()
+	if shared == nil {
+		t.Fatal("redistest: call redistest.Main(m) from TestMain first")
+	}
+	c := shared.Client(t)
+	return c, Namespace(t)
+}
+
+// Shared returns the package's server (started by Main).
+func Shared(t testing.TB) *Server {
+	t.Helper()
+	if shared == nil {
+		t.Fatal("redistest: call redistest.Main(m) from TestMain first")
+	}
+	return shared
+}
+
+// Namespace returns a fresh random namespace, safe to use as a board name.
+func Namespace(t testing.TB) string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return "t" + hex.EncodeToString(b[:])
+}
+
+// Options configure a server.
+type Options struct {
+	// AOF turns on append-only persistence (appendfsync always, so a
+	// SIGKILL loses nothing that was acknowledged). Default off.
+	AOF bool
+	// TCP listens on a free loopback TCP port as well as the unix socket.
+	// Default: unix socket only.
+	TCP bool
+	// Dir holds the socket, logs and data. Default: a new temp dir.
+	Dir string
+}
+
+// Server is one redis-server child process.
+type Server struct {
+	opts Options
+	Dir  string
+	// Port is the TCP port when Options.TCP is set; it stays the same across
+	// Restart so clients can reconnect.
+	Port int
+
+	mu  sync.Mutex
+	cmd *exec.Cmd // guarded by mu
+}
+
+// Start launches redis-server and waits until it answers PING.
+func Start(opts Options) (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, errors.New(InstallHint)
+	}
+	_ = bin
+	dir := opts.Dir
+	if dir == "" {
+		// Unix socket paths are limited to ~108 bytes: keep it short.
+		dir, err = os.MkdirTemp("", "rt")
+		if err != nil {
+			return nil, err
+		}
+	}
+	s := &Server{opts: opts, Dir: dir}
+	if opts.TCP {
+		s.Port, err = freePort()
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := s.launch(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// SocketPath is the server's unix socket.
+func (s *Server) SocketPath() string { return filepath.Join(s.Dir, "r.sock") }
+
+// URL is a redis:// (TCP) or unix:// URL for the server.
+func (s *Server) URL() string {
+	if s.opts.TCP {
+		return "redis://127.0.0.1:" + strconv.Itoa(s.Port)
+	}
+	return "unix://" + s.SocketPath()
+}
+
+// Options returns go-redis options for the server.
+func (s *Server) ClientOptions() *redis.Options {
+	if s.opts.TCP {
+		return &redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(s.Port), PoolSize: 64}
+	}
+	return &redis.Options{Network: "unix", Addr: s.SocketPath(), PoolSize: 64}
+}
+
+// Client returns a new client, closed when t ends.
+func (s *Server) Client(t testing.TB) redis.UniversalClient {
+	c := redis.NewClient(s.ClientOptions())
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func (s *Server) launch() error {
+	args := []string{
+		"--port", strconv.Itoa(s.Port),
+		"--unixsocket", s.SocketPath(), "--unixsocketperm", "700",
+		"--save", "", "--dir", s.Dir, "--logfile", filepath.Join(s.Dir, "redis.log"),
+		"--daemonize", "no", "--maxclients", "2000",
+	}
+	if s.opts.TCP {
+		args = append(args, "--bind", "127.0.0.1")
+	}
+	if s.opts.AOF {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+	} else {
+		args = append(args, "--appendonly", "no")
+	}
+	cmd := exec.Command("redis-server", args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("redistest: start redis-server: %w", err)
+	}
+	s.mu.Lock()
+	s.cmd = cmd
+	s.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	c := redis.NewClient(s.ClientOptions())
+	defer c.Close()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return fmt.Errorf("redistest: redis-server did not answer PING within 10s: %v (log: %s)", err, s.logTail())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (s *Server) logTail() string {
+	f, err := os.Open(filepath.Join(s.Dir, "redis.log"))
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	var last string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		last = sc.Text()
+	}
+	return last
+}
+
+// Kill stops the server with SIGKILL (a crash), without cleaning up.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+}
+
+// Restart kills the server and starts it again on the same socket, port and
+// data directory (with AOF the data survives).
+func (s *Server) Restart() error {
+	s.Kill()
+	_ = os.Remove(s.SocketPath())
+	return s.launch()
+}
+
+// Stop ends the server gracefully and removes its directory unless it was
+// given by the caller.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+	if s.opts.Dir == "" {
+		_ = os.RemoveAll(s.Dir)
+	}
+}
+
+// StartT starts a dedicated server for one test (for restart and crash
+// tests) and stops it when the test ends.
+func StartT(t testing.TB, opts Options) *Server {
+	t.Helper()
+	if opts.Dir == "" {
+		d, err := os.MkdirTemp("", "rt")
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Dir = d
+		t.Cleanup(func() { _ = os.RemoveAll(d) })
+	}
+	s, err := Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
