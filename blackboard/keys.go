@@ -1,0 +1,98 @@
+package blackboard
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Names shared with the broker.
+const (
+	// InboxGroup is the consumer group on every intake lane.
+	InboxGroup = "compute-broker"
+	// RequestTopic is the topic whose entries are also appended to an intake lane.
+	RequestTopic = "compute.request"
+	// NumLanes is the number of intake lanes (request priorities 0..9).
+	NumLanes = 10
+)
+
+// Keys builds every Redis key of one board. All keys share the prefix
+// asi:bb:{<board>}, whose hash tag keeps a board in one Cluster slot, so
+// every script and MULTI over them stays legal. This file is the only place
+// key names are spelled; the trailing comment on each names its Redis type.
+type Keys struct {
+	prefix string // "asi:bb:{<board>}"
+}
+
+// NewKeys returns the keys of board namespace.
+func NewKeys(namespace string) Keys {
+	return Keys{prefix: "asi:bb:{" + namespace + "}"}
+}
+
+// Prefix is P, the part every key of the board starts with.
+func (k Keys) Prefix() string { return k.prefix }
+
+// owns reports whether key belongs to this board.
+func (k Keys) owns(key string) bool { return strings.HasPrefix(key, k.prefix+":") }
+
+// Entry is one entry, encoded field by field (see Entry.EncodeHash).
+func (k Keys) Entry(id string) string { return k.prefix + ":entry:" + id } // HASH
+
+// Topics holds every topic that has had entries.
+func (k Keys) Topics() string { return k.prefix + ":topics" } // SET
+
+// Topic indexes a topic's entries: member entry id, score timestamp.
+func (k Keys) Topic(topic string) string { return k.prefix + ":topic:" + topic } // ZSET
+
+// Source indexes a source module's entries: member entry id, score timestamp.
+func (k Keys) Source(module string) string { return k.prefix + ":source:" + module } // ZSET
+
+// Prio indexes one priority's entries in eviction order: score timestamp.
+func (k Keys) Prio(p Priority) string { return k.prefix + ":prio:" + strconv.Itoa(int(p)) } // ZSET
+
+// All indexes every entry: score timestamp; its size is the capacity count.
+func (k Keys) All() string { return k.prefix + ":all" } // ZSET
+
+// Expiry holds ACTIVE entries with a TTL: score timestamp + ttl.
+func (k Keys) Expiry() string { return k.prefix + ":expiry" } // ZSET
+
+// Events is the lifecycle and module event stream (approximately capped).
+func (k Keys) Events() string { return k.prefix + ":events" } // STREAM
+
+// Modules maps module name to ModuleInfo JSON.
+func (k Keys) Modules() string { return k.prefix + ":modules" } // HASH
+
+// Stats holds the counters total_posted, total_removed, total_evicted, total_expired.
+func (k Keys) Stats() string { return k.prefix + ":stats" } // HASH
+
+// Inbox is intake lane 0..NumLanes-1 for compute.request entries (never trimmed).
+func (k Keys) Inbox(lane int) string { return k.prefix + ":inbox:compute:p" + strconv.Itoa(lane) } // STREAM
+
+// DLQ holds dead-lettered intake messages.
+func (k Keys) DLQ() string { return k.prefix + ":inbox:compute:dlq" } // STREAM
+
+// Job is the durable record of one job (owned by the broker and adapter).
+func (k Keys) Job(id string) string { return k.prefix + ":job:" + id } // HASH
+
+// JobsIdem maps idempotency key to job id.
+func (k Keys) JobsIdem() string { return k.prefix + ":jobs:idem" } // HASH
+
+// JobsActive holds jobs not yet terminal: member job id, score accepted_at.
+func (k Keys) JobsActive() string { return k.prefix + ":jobs:active" } // ZSET
+
+// common is the board-wide key list that post.lua and supersede.lua take as
+// KEYS[1..19]: topics, all, expiry, events, stats, prio 0..3, inbox 0..9.
+func (k Keys) common() []string {
+	keys := []string{k.Topics(), k.All(), k.Expiry(), k.Events(), k.Stats()}
+	for p := Low; p <= Critical; p++ {
+		keys = append(keys, k.Prio(p))
+	}
+	for lane := range NumLanes {
+		keys = append(keys, k.Inbox(lane))
+	}
+	return keys
+}
+
+// prios returns P:prio:0 .. P:prio:3.
+func (k Keys) prios() []string {
+	return []string{k.Prio(Low), k.Prio(Normal), k.Prio(High), k.Prio(Critical)}
+}

@@ -1,0 +1,128 @@
+-- lib.lua: helpers shared by every script. scripts.go prepends this file to
+-- each script, so it defines locals only and reads no KEYS or ARGV itself.
+-- Every key a helper touches is handed to it by the calling script.
+
+-- Priority digits as stored in the entry HASH -> names used in event payloads.
+local PRIORITY_NAMES = { ['0'] = 'LOW', ['1'] = 'NORMAL', ['2'] = 'HIGH', ['3'] = 'CRITICAL' }
+
+-- Event ids: the caller passes a 24-hex random prefix and each event of the
+-- call appends an 8-hex sequence number, giving distinct 32-hex ids.
+local event_seq = 0
+
+-- emit appends one lifecycle event (source "blackboard") to the events stream.
+local function emit(events, maxlen, prefix, now, etype, payload)
+  event_seq = event_seq + 1
+  redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*',
+    'event_id', prefix .. string.format('%08x', event_seq),
+    'event_type', etype, 'source', 'blackboard',
+    'timestamp', now, 'payload', payload)
+end
+
+-- jstr renders a Lua string as a JSON string.
+local function jstr(s)
+  return cjson.encode(s)
+end
+
+-- lapsed reports whether an entry with timestamp ts and TTL ttl (decimal
+-- strings, ttl possibly false) has expired at now: now - ts > ttl, strictly.
+local function lapsed(now, ts, ttl)
+  if not ttl then
+    return false
+  end
+  return tonumber(now) - tonumber(ts) > tonumber(ttl)
+end
+
+-- common_keys reads the 19 board-wide keys that post and supersede share,
+-- starting at KEYS[base].
+local function common_keys(base)
+  local c = {
+    topics = KEYS[base], all = KEYS[base + 1], expiry = KEYS[base + 2],
+    events = KEYS[base + 3], stats = KEYS[base + 4], prio = {}, inbox = {},
+  }
+  for p = 0, 3 do
+    c.prio[tostring(p)] = KEYS[base + 5 + p]
+  end
+  for lane = 0, 9 do
+    c.inbox[lane] = KEYS[base + 9 + lane]
+  end
+  return c
+end
+
+-- Number of ARGV slots one entry occupies in post and supersede.
+local ENTRY_ARGS = 15
+
+-- post_entry writes one entry (ARGV[o] .. ARGV[o+14]) to its HASH ek, the
+-- topic index tk, the source index sk and the common keys c; it emits the
+-- added event and, for compute requests, appends to the intake lane.
+-- The caller has checked that ek does not exist.
+local function post_entry(c, ek, tk, sk, o, now, prefix, maxlen)
+  local id, topic, source, status = ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3]
+  local parent, ts, conf, ttl, prio = ARGV[o + 4], ARGV[o + 5], ARGV[o + 6], ARGV[o + 7], ARGV[o + 8]
+  local data, meta, tags = ARGV[o + 9], ARGV[o + 10], ARGV[o + 11]
+  local lane, entry_json, added = tonumber(ARGV[o + 12]), ARGV[o + 13], ARGV[o + 14]
+
+  local h = { 'entry_id', id, 'topic', topic, 'source_module', source, 'status', status,
+    'timestamp', ts, 'confidence', conf, 'priority', prio,
+    'data', data, 'metadata', meta, 'tags', tags, 'v', '1' }
+  if parent ~= '' then
+    h[#h + 1] = 'parent_id'
+    h[#h + 1] = parent
+  end
+  if ttl ~= '' then
+    h[#h + 1] = 'ttl_seconds'
+    h[#h + 1] = ttl
+  end
+  redis.call('HSET', ek, unpack(h))
+  redis.call('SADD', c.topics, topic)
+  redis.call('ZADD', tk, ts, id)
+  redis.call('ZADD', sk, ts, id)
+  redis.call('ZADD', c.prio[prio], ts, id)
+  redis.call('ZADD', c.all, ts, id)
+  if ttl ~= '' and status == 'active' then
+    redis.call('ZADD', c.expiry, tonumber(ts) + tonumber(ttl), id)
+  end
+  redis.call('HINCRBY', c.stats, 'total_posted', 1)
+  emit(c.events, maxlen, prefix, now, 'blackboard.entry.added', added)
+  if lane >= 0 then
+    redis.call('XADD', c.inbox[lane], '*', 'v', '1', 'entry_id', id, 'topic', topic,
+      'priority', prio, 'timestamp', ts, 'entry', entry_json)
+  end
+end
+
+-- set_status moves the entry in HASH ek to status new, keeps the expiry
+-- index in step (only ACTIVE entries with a TTL are in it) and emits one
+-- updated event. It returns false when the status was already new.
+local function set_status(ek, expiry, id, new, events, maxlen, prefix, now)
+  local f = redis.call('HMGET', ek, 'status', 'topic', 'timestamp', 'ttl_seconds')
+  local old, topic, ts, ttl = f[1], f[2], f[3], f[4]
+  if old == new then
+    return false
+  end
+  redis.call('HSET', ek, 'status', new)
+  if new == 'active' then
+    if ttl then
+      redis.call('ZADD', expiry, tonumber(ts) + tonumber(ttl), id)
+    end
+  else
+    redis.call('ZREM', expiry, id)
+  end
+  emit(events, maxlen, prefix, now, 'blackboard.entry.updated',
+    '{"entry_id":' .. jstr(id) .. ',"topic":' .. jstr(topic) ..
+    ',"field":"status","old":' .. jstr(old or 'active') .. ',"new":' .. jstr(new) .. '}')
+  return true
+end
+
+-- mark_expired sets status expired, drops the entry from the expiry index,
+-- counts it and emits the expired event.
+local function mark_expired(ek, expiry, stats, id, topic, events, maxlen, prefix, now)
+  redis.call('HSET', ek, 'status', 'expired')
+  redis.call('ZREM', expiry, id)
+  redis.call('HINCRBY', stats, 'total_expired', 1)
+  emit(events, maxlen, prefix, now, 'blackboard.entry.expired',
+    '{"entry_id":' .. jstr(id) .. ',"topic":' .. jstr(topic) .. '}')
+end
+
+-- Script return codes (mapped to sentinel errors in scripts.go).
+local NOT_FOUND = -1
+local CONFLICT = -2
+local STALE = -3

@@ -1,0 +1,63 @@
+-- update.lua: change fields of an entry in place (Update, UpdateIf, Retract),
+-- emitting one blackboard.entry.updated event per field whose value changed.
+--
+-- KEYS[1]      P:entry:<id>                HASH
+-- KEYS[2]      P:expiry                    ZSET
+-- KEYS[3]      P:events                    STREAM
+-- KEYS[4..7]   P:prio:0 .. P:prio:3        ZSET
+--
+-- ARGV[1] now   ARGV[2] event id prefix   ARGV[3] events MAXLEN
+-- ARGV[4] id    ARGV[5] expected status ('' = any)
+-- ARGV[6..] field/value pairs, in the order data, confidence, status,
+--   priority, tags, metadata; values encoded as in the HASH.
+--
+-- Returns {n_changed}; {NOT_FOUND}; or {CONFLICT, current status}.
+
+local now, prefix, maxlen, id, expect = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local ek, expiry, events = KEYS[1], KEYS[2], KEYS[3]
+
+local cur = redis.call('HMGET', ek, 'status', 'topic', 'timestamp')
+if not cur[2] then
+  return { NOT_FOUND }
+end
+local status = cur[1] or 'active'
+if expect ~= '' and status ~= expect then
+  return { CONFLICT, status }
+end
+local topic, ts = cur[2], cur[3]
+
+-- Fields absent from a HASH written by another client take the
+-- BlackboardEntry defaults.
+local defaults = { data = 'null', confidence = '1.0', priority = '1', tags = '[]', metadata = '{}' }
+
+local changed = 0
+for i = 6, #ARGV, 2 do
+  local field, new = ARGV[i], ARGV[i + 1]
+  if field == 'status' then
+    if set_status(ek, expiry, id, new, events, maxlen, prefix, now) then
+      changed = changed + 1
+    end
+  else
+    local old = redis.call('HGET', ek, field) or defaults[field]
+    local same
+    if field == 'confidence' or field == 'priority' then
+      same = tonumber(old) == tonumber(new)
+    else
+      same = old == new
+    end
+    if not same then
+      redis.call('HSET', ek, field, new)
+      local jold, jnew = old, new
+      if field == 'priority' then
+        redis.call('ZREM', KEYS[4 + tonumber(old)], id)
+        redis.call('ZADD', KEYS[4 + tonumber(new)], ts, id)
+        jold, jnew = jstr(PRIORITY_NAMES[old]), jstr(PRIORITY_NAMES[new])
+      end
+      emit(events, maxlen, prefix, now, 'blackboard.entry.updated',
+        '{"entry_id":' .. jstr(id) .. ',"topic":' .. jstr(topic) ..
+        ',"field":' .. jstr(field) .. ',"old":' .. jold .. ',"new":' .. jnew .. '}')
+      changed = changed + 1
+    end
+  end
+end
+return { changed }

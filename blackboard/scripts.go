@@ -1,0 +1,261 @@
+package blackboard
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Each script is lua/lib.lua followed by its own file; the file's header
+// lists its KEYS, ARGV and return values. There is one method per script,
+// named after it, which maps return codes to sentinel errors. Every script
+// takes ARGV[1] now, ARGV[2] an event id prefix and ARGV[3] the events MAXLEN
+// (see head).
+
+var (
+	//go:embed lua/lib.lua
+	libLua string
+	//go:embed lua/post.lua
+	postLua string
+	//go:embed lua/supersede.lua
+	supersedeLua string
+	//go:embed lua/update.lua
+	updateLua string
+	//go:embed lua/claim.lua
+	claimLua string
+	//go:embed lua/expire.lua
+	expireLua string
+	//go:embed lua/sweep.lua
+	sweepLua string
+	//go:embed lua/remove.lua
+	removeLua string
+	//go:embed lua/register_module.lua
+	registerModuleLua string
+	//go:embed lua/unregister_module.lua
+	unregisterModuleLua string
+)
+
+// The scripts are immutable after package init.
+var (
+	postScript             = redis.NewScript(libLua + postLua)
+	supersedeScript        = redis.NewScript(libLua + supersedeLua)
+	updateScript           = redis.NewScript(libLua + updateLua)
+	claimScript            = redis.NewScript(libLua + claimLua)
+	expireScript           = redis.NewScript(libLua + expireLua)
+	sweepScript            = redis.NewScript(libLua + sweepLua)
+	removeScript           = redis.NewScript(libLua + removeLua)
+	registerModuleScript   = redis.NewScript(libLua + registerModuleLua)
+	unregisterModuleScript = redis.NewScript(libLua + unregisterModuleLua)
+)
+
+// Return codes shared with lib.lua.
+const (
+	codeNotFound = -1
+	codeConflict = -2
+	codeStale    = -3
+)
+
+// head is ARGV[1..3] of every script: now, a fresh 24-hex event id prefix,
+// and the events stream MAXLEN.
+func (s *Store) head(now time.Time) []any {
+	return []any{formatFloat(epoch(now)), NewID()[:24], s.eventsMaxLen}
+}
+
+// run runs a script and returns its reply as a slice.
+func (s *Store) run(ctx context.Context, sc *redis.Script, keys []string, args []any) ([]any, error) {
+	v, err := sc.Run(ctx, s.rdb, keys, args...).Result()
+	if err != nil {
+		return nil, err
+	}
+	r, ok := v.([]any)
+	if !ok || len(r) == 0 {
+		return nil, fmt.Errorf("unexpected script reply %v", v)
+	}
+	return r, nil
+}
+
+// code reads element i of a script reply as an integer.
+func code(r []any, i int) int64 {
+	if i < len(r) {
+		if n, ok := r[i].(int64); ok {
+			return n
+		}
+	}
+	return 0
+}
+
+// statusErr maps a {CONFLICT, status} or {NOT_FOUND} reply to an error.
+func statusErr(r []any) error {
+	switch code(r, 0) {
+	case codeNotFound:
+		return ErrNotFound
+	case codeConflict:
+		if len(r) > 1 {
+			return fmt.Errorf("%w: status is %v", ErrConflict, r[1])
+		}
+		return ErrConflict
+	}
+	return nil
+}
+
+// postItem is one entry ready for post.lua or supersede.lua.
+type postItem struct {
+	e    *Entry
+	args []any // the 15 per-entry ARGV values
+}
+
+func (k Keys) entryKeys(e *Entry) []string {
+	return []string{k.Entry(e.ID), k.Topic(e.Topic), k.Source(e.SourceModule)}
+}
+
+// post runs post.lua. It returns the index of an entry whose id is taken
+// (-1 when all were written) and the entry count after the write.
+func (s *Store) post(ctx context.Context, now time.Time, items []postItem) (taken int, count int64, err error) {
+	keys := s.keys.common()
+	args := append(s.head(now), len(items))
+	for _, it := range items {
+		keys = append(keys, s.keys.entryKeys(it.e)...)
+		args = append(args, it.args...)
+	}
+	r, err := s.run(ctx, postScript, keys, args)
+	if err != nil {
+		return -1, 0, err
+	}
+	if code(r, 0) == 0 {
+		return int(code(r, 1)) - 1, 0, nil
+	}
+	return -1, code(r, 1), nil
+}
+
+// supersede runs supersede.lua and returns the entry count after the write.
+func (s *Store) supersede(ctx context.Context, now time.Time, oldID string, it postItem) (int64, error) {
+	keys := append(s.keys.common(), s.keys.Entry(oldID))
+	keys = append(keys, s.keys.entryKeys(it.e)...)
+	args := append(s.head(now), oldID)
+	args = append(args, it.args...)
+	r, err := s.run(ctx, supersedeScript, keys, args)
+	if err != nil {
+		return 0, err
+	}
+	if err := statusErr(r); err != nil {
+		return 0, err
+	}
+	return code(r, 1), nil
+}
+
+// update runs update.lua with field/value pairs and returns how many fields
+// changed.
+func (s *Store) update(ctx context.Context, now time.Time, id string, expect Status, pairs []any) (int64, error) {
+	keys := append([]string{s.keys.Entry(id), s.keys.Expiry(), s.keys.Events()}, s.keys.prios()...)
+	args := append(s.head(now), id, string(expect))
+	r, err := s.run(ctx, updateScript, keys, append(args, pairs...))
+	if err != nil {
+		return 0, err
+	}
+	if err := statusErr(r); err != nil {
+		return 0, err
+	}
+	return code(r, 0), nil
+}
+
+// claim runs claim.lua; it reports whether the entry moved to consumed.
+func (s *Store) claim(ctx context.Context, now time.Time, id string, ack *StreamAck) (bool, error) {
+	keys := []string{s.keys.Entry(id), s.keys.Expiry(), s.keys.Events()}
+	args := append(s.head(now), id, "", "")
+	if ack != nil {
+		keys = append(keys, ack.Stream)
+		args[4], args[5] = ack.Group, ack.MessageID
+	}
+	r, err := s.run(ctx, claimScript, keys, args)
+	if err != nil {
+		return false, err
+	}
+	if err := statusErr(r); err != nil {
+		return false, err
+	}
+	return code(r, 0) == 1, nil
+}
+
+// expire runs expire.lua; it reports whether the entry moved to expired.
+func (s *Store) expire(ctx context.Context, now time.Time, id string, checkTTL bool, ack *StreamAck) (bool, error) {
+	keys := []string{s.keys.Entry(id), s.keys.Expiry(), s.keys.Events(), s.keys.Stats()}
+	check := "0"
+	if checkTTL {
+		check = "1"
+	}
+	args := append(s.head(now), id, check, "", "")
+	if ack != nil {
+		keys = append(keys, ack.Stream)
+		args[5], args[6] = ack.Group, ack.MessageID
+	}
+	r, err := s.run(ctx, expireScript, keys, args)
+	if err != nil {
+		return false, err
+	}
+	if err := statusErr(r); err != nil {
+		return false, err
+	}
+	return code(r, 0) == 1, nil
+}
+
+// sweep runs sweep.lua over ids read from the expiry index.
+func (s *Store) sweep(ctx context.Context, now time.Time, ids []string) (expired, dropped int64, err error) {
+	keys := []string{s.keys.Expiry(), s.keys.Events(), s.keys.Stats()}
+	args := s.head(now)
+	for _, id := range ids {
+		keys = append(keys, s.keys.Entry(id))
+		args = append(args, id)
+	}
+	r, err := s.run(ctx, sweepScript, keys, args)
+	if err != nil {
+		return 0, 0, err
+	}
+	return code(r, 0), code(r, 1), nil
+}
+
+// victim is what remove.lua needs to name an entry's index keys.
+type victim struct {
+	id, topic, source string
+	prio              Priority
+}
+
+// remove runs remove.lua. capacity > 0 removes only while the board holds
+// more than capacity entries. It returns 1 (removed), 0 (not needed) or
+// codeStale; a missing entry is ErrNotFound.
+func (s *Store) remove(ctx context.Context, now time.Time, v victim, reason string, capacity int) (int64, error) {
+	keys := []string{s.keys.Entry(v.id), s.keys.Topic(v.topic), s.keys.Source(v.source),
+		s.keys.Prio(v.prio), s.keys.All(), s.keys.Expiry(), s.keys.Events(), s.keys.Stats()}
+	args := append(s.head(now), v.id, v.topic, v.source, strconv.Itoa(int(v.prio)), reason, max(capacity, 0))
+	r, err := s.run(ctx, removeScript, keys, args)
+	if err != nil {
+		return 0, err
+	}
+	if err := statusErr(r); err != nil {
+		return 0, err
+	}
+	return code(r, 0), nil
+}
+
+// registerModule runs register_module.lua.
+func (s *Store) registerModule(ctx context.Context, now time.Time, name, info, payload string) error {
+	args := append(s.head(now), name, info, payload)
+	r, err := s.run(ctx, registerModuleScript, []string{s.keys.Modules(), s.keys.Events()}, args)
+	if err != nil {
+		return err
+	}
+	return statusErr(r)
+}
+
+// unregisterModule runs unregister_module.lua.
+func (s *Store) unregisterModule(ctx context.Context, now time.Time, name string) error {
+	args := append(s.head(now), name)
+	r, err := s.run(ctx, unregisterModuleScript, []string{s.keys.Modules(), s.keys.Events()}, args)
+	if err != nil {
+		return err
+	}
+	return statusErr(r)
+}

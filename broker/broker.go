@@ -1,0 +1,340 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/wire"
+)
+
+// Broker reads compute requests from the intake lanes into its Inbox and
+// hands them to the adapter (Next), which accepts (Accept), gives back
+// (Release) or refuses (Reject) each one. See doc.go for the guarantees.
+//
+// Lock order: intakeMu before the inbox's own mutex. intakeMu makes "look
+// at the free room, read that many messages, push them" one step, so the
+// feed and the reclaimer never read more than the inbox can take.
+type Broker struct {
+	rdb   redis.UniversalClient
+	store *blackboard.Store
+	keys  blackboard.Keys
+	cfg   Config
+	log   *slog.Logger
+	inbox *Inbox
+	admit *admission
+	lanes []string // intake lane keys, most urgent (p9) first
+	m     *counters
+
+	intakeMu    sync.Mutex
+	ownCursor   [NumPriorities]string // guarded by intakeMu; own-pending read position per lane, "" = done
+	claimCursor [NumPriorities]string // guarded by intakeMu; XAUTOCLAIM cursor per lane
+
+	evMu     sync.Mutex
+	evCursor string // guarded by evMu; events stream position ("" = not started)
+}
+
+// Delivery is one request handed to the adapter by Next. Fields are
+// read-only for the adapter.
+type Delivery struct {
+	EntryID    string           // the compute.request entry
+	JobID      string           // wire.JobID(EntryID): the job and compute.job entry id
+	Module     string           // the entry's source_module (the unit of fairness)
+	Priority   int              // request priority 0..9 (decoded, not the lane)
+	Deadline   time.Time        // the request's deadline; zero if none
+	Deliveries int              // times delivered so far, this one included (1 the first time)
+	Request    wire.Request     // decoded, defaults filled
+	Entry      blackboard.Entry // the entry as posted (from the intake message)
+	Lane       int              // intake lane it was read from
+	MessageID  string           // intake stream message id
+	Received   time.Time        // when this broker read it
+
+	lease    Lease
+	raw      string // the intake message's entry field, kept for dead letters
+	replayed bool   // came back from the dead-letter stream: skips admission limits
+}
+
+// New returns a Broker for the board of store on rdb. It starts nothing;
+// call Run.
+func New(rdb redis.UniversalClient, store *blackboard.Store, cfg Config) (*Broker, error) {
+	if rdb == nil || store == nil {
+		return nil, errors.New("broker: new: nil redis client or store")
+	}
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	b := &Broker{
+		rdb:   rdb,
+		store: store,
+		keys:  store.Keys(),
+		cfg:   cfg,
+		log:   cfg.Logger.With("component", "broker", "consumer", cfg.Consumer),
+		inbox: NewInbox(InboxConfig{
+			Capacity:      cfg.InboxCapacity,
+			LeaseTimeout:  cfg.LeaseTimeout,
+			MaxDeliveries: cfg.DeliveryLimit,
+			Clock:         cfg.Clock,
+		}),
+		admit: newAdmission(cfg),
+		m:     newCounters(cfg.Clock),
+	}
+	for lane := NumPriorities - 1; lane >= 0; lane-- {
+		b.lanes = append(b.lanes, b.keys.Inbox(lane))
+	}
+	for i := range b.ownCursor {
+		b.ownCursor[i] = "0-0"
+		b.claimCursor[i] = "0-0"
+	}
+	return b, nil
+}
+
+// Inbox returns the broker's in-memory inbox (for inspection and tests).
+func (b *Broker) Inbox() *Inbox { return b.inbox }
+
+// laneKey returns the key of lane 0..9.
+func (b *Broker) laneKey(lane int) string { return b.lanes[NumPriorities-1-lane] }
+
+// EnsureGroups creates the consumer group on every intake lane (and the
+// lanes themselves), starting at the beginning so that requests posted
+// before any broker ran are read. Run calls it; it is idempotent.
+func (b *Broker) EnsureGroups(ctx context.Context) error {
+	for _, key := range b.lanes {
+		err := b.rdb.XGroupCreateMkStream(ctx, key, blackboard.InboxGroup, "0").Err()
+		if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+			return fmt.Errorf("broker: create group on %s: %w", key, err)
+		}
+	}
+	return nil
+}
+
+// Run reads, reclaims, expires and watches for cancellations until ctx is
+// done, then returns nil. Redis errors are logged and retried with backoff;
+// Run returns an error only if the groups cannot be created at start.
+func (b *Broker) Run(ctx context.Context) error {
+	if err := b.EnsureGroups(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { b.feedLoop(ctx); return nil })
+	g.Go(func() error {
+		b.tickLoop(ctx, "reclaim", b.cfg.ReclaimInterval, func(ctx context.Context) error {
+			_, err := b.reclaimStep(ctx)
+			return err
+		})
+		return nil
+	})
+	g.Go(func() error { b.tickLoop(ctx, "expiry", b.cfg.ExpiryInterval, b.expiryStep); return nil })
+	g.Go(func() error { b.eventsLoop(ctx); return nil })
+	return g.Wait()
+}
+
+func (b *Broker) feedLoop(ctx context.Context) {
+	var bo backoff
+	for ctx.Err() == nil {
+		n, err := b.feedStep(ctx, b.cfg.ReadBlock)
+		if err != nil {
+			b.loopError(ctx, "feed", err, &bo)
+			continue
+		}
+		bo.reset()
+		if n > 0 {
+			continue
+		}
+		if b.inbox.Free() < NumPriorities {
+			// Full, or too little room for a bounded blocking read: wait
+			// for the adapter to make room (backpressure: unread requests
+			// stay in Redis).
+			t := time.NewTimer(b.cfg.ReadBlock / 10)
+			select {
+			case <-ctx.Done():
+			case <-b.inbox.Room():
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}
+}
+
+func (b *Broker) tickLoop(ctx context.Context, name string, every time.Duration, step func(context.Context) error) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var bo backoff
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := step(ctx); err != nil {
+			b.loopError(ctx, name, err, &bo)
+		} else {
+			bo.reset()
+		}
+	}
+}
+
+func (b *Broker) eventsLoop(ctx context.Context) {
+	var bo backoff
+	for ctx.Err() == nil {
+		if _, err := b.eventsStep(ctx, b.cfg.ReadBlock); err != nil {
+			b.loopError(ctx, "events", err, &bo)
+		} else {
+			bo.reset()
+		}
+	}
+}
+
+// loopError logs a failed step and sleeps before the next try.
+func (b *Broker) loopError(ctx context.Context, loop string, err error, bo *backoff) {
+	if ctx.Err() != nil {
+		return
+	}
+	if isNoGroup(err) {
+		if gerr := b.EnsureGroups(ctx); gerr != nil {
+			err = errors.Join(err, gerr)
+		}
+	}
+	b.log.Warn("step failed", "loop", loop, "err", err)
+	t := time.NewTimer(bo.next())
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	t.Stop()
+}
+
+func isNoGroup(err error) bool { return err != nil && strings.Contains(err.Error(), "NOGROUP") }
+
+// backoff doubles from 50ms to 5s.
+type backoff struct{ d time.Duration }
+
+func (bo *backoff) next() time.Duration {
+	bo.d = min(max(2*bo.d, 50*time.Millisecond), 5*time.Second)
+	return bo.d
+}
+func (bo *backoff) reset() { bo.d = 0 }
+
+// Next blocks until a request is ready for the adapter, or ctx is done.
+// Before handing it out it re-reads the request entry: a retracted or
+// superseded request is cancelled and an expired one expired, never handed
+// out. The adapter must then call Accept, Release or Reject within
+// LeaseTimeout, or the request is handed out again.
+func (b *Broker) Next(ctx context.Context) (*Delivery, error) {
+	for {
+		it, l, err := b.inbox.Pop(ctx)
+		if err != nil {
+			return nil, err
+		}
+		d := *it.Value.(*Delivery) // a copy: a redelivery must not share it
+		d.lease, d.Deliveries = l, it.Deliveries
+		ok, err := b.handOff(ctx, &d)
+		if err != nil {
+			_ = b.inbox.Nack(l)
+			return nil, fmt.Errorf("broker: next %s: %w", d.EntryID, err)
+		}
+		if ok {
+			b.m.handedOut.Add(1)
+			return &d, nil
+		}
+		_ = b.inbox.Ack(l) // finished here (cancelled or expired)
+	}
+}
+
+// handOff checks the request entry's current status; false means the
+// request was finished here instead (cancelled or expired).
+func (b *Broker) handOff(ctx context.Context, d *Delivery) (bool, error) {
+	e, err := b.store.Get(ctx, d.EntryID)
+	switch {
+	case errors.Is(err, blackboard.ErrNotFound):
+		// Removed, evicted or lapsed: the intake message carries the entry,
+		// so only a lapsed TTL stops it.
+		if d.Entry.IsExpired(b.cfg.Clock.Now()) {
+			return false, b.expire(ctx, d)
+		}
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	switch e.Status {
+	case blackboard.StatusRetracted, blackboard.StatusSuperseded:
+		return false, b.cancelQueued(ctx, d, "request entry "+string(e.Status)+" before it started")
+	case blackboard.StatusExpired:
+		return false, b.expire(ctx, d)
+	}
+	return true, nil
+}
+
+// Release gives a delivery back to the inbox untouched (it keeps its place
+// and is handed out again; the delivery counts against DeliveryLimit).
+func (b *Broker) Release(d *Delivery) error {
+	if err := b.inbox.Nack(d.lease); err != nil {
+		return fmt.Errorf("broker: release %s: %w", d.EntryID, err)
+	}
+	return nil
+}
+
+// Reject refuses a delivery after hand-off (the adapter found it
+// impossible, say): it is dead-lettered with reason "rejected", its job
+// entry says rejected with werr's code, and the request is consumed.
+func (b *Broker) Reject(ctx context.Context, d *Delivery, werr *wire.Error) error {
+	if werr == nil {
+		return fmt.Errorf("broker: reject %s: nil reason", d.EntryID)
+	}
+	if _, err := b.inbox.Extend(d.lease); err != nil {
+		return fmt.Errorf("broker: reject %s: %w", d.EntryID, err)
+	}
+	if err := b.deadLetter(ctx, d, ReasonRejected, werr); err != nil {
+		return fmt.Errorf("broker: reject %s: %w", d.EntryID, err)
+	}
+	_ = b.inbox.Ack(d.lease)
+	return nil
+}
+
+// Accept makes a delivery a job, durably and once per idempotency key:
+//
+//  1. the job record P:job:<id> is created (with P:jobs:idem and
+//     P:jobs:active), unless the idempotency key already maps to a job;
+//  2. the compute.job entry (status queued) is posted if absent;
+//  3. the request entry is marked consumed and the intake message acked.
+//
+// A crash between steps leaves the message unacked: it is delivered again
+// (to this or another broker), step 1 finds the record, and steps 2 and 3
+// are completed; the request is never lost and its job never created twice.
+// created is false when the record already existed: on a redelivery, or for
+// a duplicate idempotency key (job.RequestEntryID then names the first
+// request). Either way the adapter starts a job only through
+// Transition(queued → running), which succeeds once.
+//
+// Accept fails with ErrLeaseLost when the delivery was withdrawn (retracted,
+// dropped, requeued) or its lease lapsed; the adapter then drops it. On
+// other errors the lease is left to lapse, so the request is handed out
+// again later.
+func (b *Broker) Accept(ctx context.Context, d *Delivery) (job Job, created bool, err error) {
+	if _, err := b.inbox.Extend(d.lease); err != nil {
+		return Job{}, false, fmt.Errorf("broker: accept %s: %w", d.EntryID, err)
+	}
+	job, created, err = b.acceptRecord(ctx, d)
+	if err == nil {
+		err = b.publishJob(ctx, d, job)
+	}
+	if err == nil {
+		job, err = b.finishAccept(ctx, d, job)
+	}
+	if err != nil {
+		return Job{}, false, fmt.Errorf("broker: accept %s: %w", d.EntryID, err)
+	}
+	_ = b.inbox.Ack(d.lease)
+	b.m.accepted.Add(1)
+	return job, created, nil
+}

@@ -1,0 +1,626 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/wire"
+)
+
+// Dead-letter reasons (the reason field of a dead letter; code carries the
+// wire reason code).
+const (
+	ReasonInvalid       = "invalid"        // the request failed to decode (poison)
+	ReasonRejected      = "rejected"       // refused by Config.Check, the admission limits or Reject
+	ReasonDeliveryLimit = "delivery_limit" // delivered more than DeliveryLimit times
+	ReasonDropped       = "dropped"        // dropped by an operator
+)
+
+// message is one intake stream message as read.
+type message struct {
+	lane       int
+	id         string
+	fields     map[string]string
+	deliveries int // including the read that returned it
+}
+
+// feedStep reads new requests into the inbox: first (once after start)
+// this consumer's own pending ones, then new ones from the lanes, most
+// urgent first, never more than the inbox has room for. When the inbox is
+// full it reads nothing, so unread requests stay in Redis (backpressure).
+// With block > 0 and nothing new, it waits up to block for requests. It
+// returns how many messages it read.
+func (b *Broker) feedStep(ctx context.Context, block time.Duration) (int, error) {
+	b.intakeMu.Lock()
+	defer b.intakeMu.Unlock()
+	n, err := b.readOwn(ctx)
+	if err != nil {
+		return n, err
+	}
+	room := b.inbox.Free()
+	if room <= 0 {
+		return n, nil
+	}
+	msgs, err := b.readNew(ctx, room)
+	if err != nil {
+		return n, err
+	}
+	if len(msgs) == 0 && block > 0 && room >= NumPriorities && n == 0 {
+		msgs, err = b.readBlocking(ctx, room, block)
+		if err != nil {
+			return n, err
+		}
+	}
+	b.m.read.Add(int64(len(msgs)))
+	b.m.intake.add(len(msgs))
+	return n + len(msgs), b.ingest(ctx, msgs)
+}
+
+// readOwn re-reads, once per lane, the messages still pending for this
+// consumer name from an earlier run.
+func (b *Broker) readOwn(ctx context.Context) (int, error) {
+	total := 0
+	for lane := NumPriorities - 1; lane >= 0; lane-- {
+		for b.ownCursor[lane] != "" {
+			room := min(b.inbox.Free(), 256)
+			if room <= 0 {
+				return total, nil
+			}
+			res, err := scriptOwn.Run(ctx, b.rdb, []string{b.laneKey(lane)},
+				blackboard.InboxGroup, b.cfg.Consumer, b.ownCursor[lane], room).Slice()
+			if err != nil {
+				return total, fmt.Errorf("read own pending p%d: %w", lane, err)
+			}
+			msgs := parseCounted(lane, res)
+			if len(res) < room {
+				b.ownCursor[lane] = ""
+			} else if len(msgs) > 0 {
+				b.ownCursor[lane] = msgs[len(msgs)-1].id
+			}
+			b.m.read.Add(int64(len(msgs)))
+			total += len(msgs)
+			if err := b.ingest(ctx, msgs); err != nil {
+				return total, err
+			}
+		}
+	}
+	return total, nil
+}
+
+// readNew reads up to room new messages, most urgent lane first, in one
+// round trip (read.lua).
+func (b *Broker) readNew(ctx context.Context, room int) ([]message, error) {
+	res, err := scriptRead.Run(ctx, b.rdb, b.lanes, blackboard.InboxGroup, b.cfg.Consumer, room).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	msgs := make([]message, 0, len(res))
+	for _, r := range res {
+		t, _ := r.([]any)
+		if len(t) != 3 {
+			continue
+		}
+		i, _ := t[0].(int64)
+		id, _ := t[1].(string)
+		msgs = append(msgs, message{lane: NumPriorities - int(i), id: id, fields: pairs(t[2]), deliveries: 1})
+	}
+	return msgs, nil
+}
+
+// readBlocking waits up to block for new messages on all lanes. COUNT
+// applies per lane, so room/NumPriorities per lane keeps the total in room.
+func (b *Broker) readBlocking(ctx context.Context, room int, block time.Duration) ([]message, error) {
+	streams := make([]string, 0, 2*len(b.lanes))
+	streams = append(streams, b.lanes...)
+	for range b.lanes {
+		streams = append(streams, ">")
+	}
+	res, err := b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: blackboard.InboxGroup, Consumer: b.cfg.Consumer, Streams: streams,
+		Count: int64(room / NumPriorities), Block: block,
+	}).Result()
+	if errors.Is(err, redis.Nil) || (err != nil && ctx.Err() != nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read (blocking): %w", err)
+	}
+	var msgs []message
+	for _, st := range res {
+		lane := b.laneOf(st.Stream)
+		for _, m := range st.Messages {
+			f := make(map[string]string, len(m.Values))
+			for k, v := range m.Values {
+				f[k], _ = v.(string)
+			}
+			msgs = append(msgs, message{lane: lane, id: m.ID, fields: f, deliveries: 1})
+		}
+	}
+	return msgs, nil
+}
+
+func (b *Broker) laneOf(key string) int {
+	for i, k := range b.lanes {
+		if k == key {
+			return NumPriorities - 1 - i
+		}
+	}
+	return -1
+}
+
+// reclaimStep keeps this broker's claim on the requests it holds (so a
+// deep inbox is not mistaken for a dead broker), drops the ones it lost,
+// and takes over requests another consumer left pending for longer than
+// ClaimIdle (XAUTOCLAIM), as far as the inbox has room. It returns how
+// many it took over.
+func (b *Broker) reclaimStep(ctx context.Context) (int, error) {
+	b.intakeMu.Lock()
+	defer b.intakeMu.Unlock()
+	if err := b.refresh(ctx); err != nil {
+		return 0, err
+	}
+	total := 0
+	for lane := NumPriorities - 1; lane >= 0; lane-- {
+		room := min(b.inbox.Free(), 256)
+		if room <= 0 {
+			break
+		}
+		res, err := scriptClaim.Run(ctx, b.rdb, []string{b.laneKey(lane)}, blackboard.InboxGroup,
+			b.cfg.Consumer, b.cfg.ClaimIdle.Milliseconds(), b.claimCursor[lane], room).Slice()
+		if err != nil {
+			return total, fmt.Errorf("reclaim p%d: %w", lane, err)
+		}
+		if len(res) != 3 {
+			return total, fmt.Errorf("reclaim p%d: unexpected reply %v", lane, res)
+		}
+		b.claimCursor[lane], _ = res[0].(string)
+		msgs := parseCounted(lane, res[1])
+		if del, _ := res[2].([]any); len(del) > 0 {
+			b.log.Warn("pending requests were deleted from their lane before being finished",
+				"queue", b.laneKey(lane), "count", len(del))
+		}
+		total += len(msgs)
+		b.m.reclaimed.Add(int64(len(msgs)))
+		if err := b.ingest(ctx, msgs); err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// refresh resets the idle time of every request this broker holds, and
+// forgets those it no longer owns (finished, or taken over by another
+// broker while this one was cut off).
+func (b *Broker) refresh(ctx context.Context) error {
+	byLane := map[int][]string{}
+	owner := map[string]string{} // message id -> entry id
+	for _, h := range b.inbox.Snapshot() {
+		d := h.Value.(*Delivery)
+		byLane[d.Lane] = append(byLane[d.Lane], d.MessageID)
+		owner[d.MessageID] = d.EntryID
+	}
+	for lane, ids := range byLane {
+		for len(ids) > 0 {
+			chunk := ids[:min(len(ids), 500)]
+			ids = ids[len(chunk):]
+			args := []any{blackboard.InboxGroup, b.cfg.Consumer}
+			for _, id := range chunk {
+				args = append(args, id)
+			}
+			lost, err := scriptRefresh.Run(ctx, b.rdb, []string{b.laneKey(lane)}, args...).StringSlice()
+			if err != nil {
+				return fmt.Errorf("refresh p%d: %w", lane, err)
+			}
+			for _, id := range lost {
+				if it, ok := b.inbox.Get(owner[id]); ok && it.Value.(*Delivery).MessageID == id {
+					b.inbox.Remove(owner[id])
+					b.m.lost.Add(1)
+					b.log.Warn("lost a held request to another consumer", "entry_id", owner[id])
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// expiryStep collects lapsed leases, dead-letters requests handed out more
+// than DeliveryLimit times, and expires queued requests whose TTL lapsed.
+func (b *Broker) expiryStep(ctx context.Context) error {
+	b.inbox.ExpireLeases()
+	var errs []error
+	for _, it := range b.inbox.TakeDead() {
+		d := it.Value.(*Delivery)
+		d.Deliveries = it.Deliveries
+		werr := &wire.Error{Code: wire.CodeDeliveryLimit, Message: fmt.Sprintf(
+			"handed out %d times without being accepted (limit %d)", it.Deliveries, b.cfg.DeliveryLimit)}
+		errs = append(errs, b.deadLetter(ctx, d, ReasonDeliveryLimit, werr))
+	}
+	now := b.cfg.Clock.Now()
+	for _, it := range b.inbox.RemoveFunc(func(it Item) bool { return it.Value.(*Delivery).Entry.IsExpired(now) }) {
+		errs = append(errs, b.expire(ctx, it.Value.(*Delivery)))
+	}
+	return errors.Join(errs...)
+}
+
+// ingest decides on each read message: dead-letter, expire, finish an
+// interrupted earlier decision, or queue it. Errors are collected; a
+// message whose handling failed stays pending and is retried after
+// ClaimIdle.
+func (b *Broker) ingest(ctx context.Context, msgs []message) error {
+	var errs []error
+	for _, m := range msgs {
+		if err := b.ingestOne(ctx, m); err != nil {
+			errs = append(errs, fmt.Errorf("request %s (message %s): %w", m.fields["entry_id"], m.id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (b *Broker) ingestOne(ctx context.Context, m message) error {
+	now := b.cfg.Clock.Now()
+	d, werr := b.decode(m, now)
+	if d.EntryID == "" {
+		// Not even an entry id: nothing to attach a job entry to.
+		return b.ack(ctx, d, deadFields(d, ReasonInvalid, werr, now))
+	}
+	if m.deliveries > b.cfg.DeliveryLimit {
+		return b.deadLetter(ctx, d, ReasonDeliveryLimit, &wire.Error{Code: wire.CodeDeliveryLimit,
+			Message: fmt.Sprintf("delivered %d times (limit %d)", m.deliveries, b.cfg.DeliveryLimit)})
+	}
+	if m.deliveries > 1 {
+		if done, err := b.resume(ctx, d, werr == nil); done || err != nil {
+			return err
+		}
+	}
+	if werr != nil {
+		return b.deadLetter(ctx, d, ReasonInvalid, werr)
+	}
+	if b.cfg.Check != nil {
+		if werr := b.cfg.Check(d.Request); werr != nil {
+			return b.deadLetter(ctx, d, ReasonRejected, werr)
+		}
+	}
+	if d.Entry.IsExpired(now) {
+		return b.expire(ctx, d)
+	}
+	if m.deliveries == 1 && !d.replayed {
+		if werr := b.admit.admit(d.Module, b.inbox.ModuleLen(d.Module), now); werr != nil {
+			return b.deadLetter(ctx, d, ReasonRejected, werr)
+		}
+	}
+	err := b.inbox.Push(Item{
+		ID: d.EntryID, Module: d.Module, Priority: d.Priority, Deadline: d.Deadline,
+		Arrived: now, Deliveries: m.deliveries - 1, Value: d,
+	})
+	switch {
+	case errors.Is(err, ErrConflict):
+		// The entry is already held under another message (a replay while
+		// the original waits): that one will finish the entry.
+		if h, ok := b.inbox.Get(d.EntryID); ok && h.Value.(*Delivery).MessageID != d.MessageID {
+			return b.ack(ctx, d, nil)
+		}
+		return nil
+	case err != nil:
+		return err // left pending; reclaimed later
+	}
+	return nil
+}
+
+// decode turns a message into a Delivery; werr says why it is poison.
+// d.EntryID is "" only when the message names no valid entry id.
+func (b *Broker) decode(m message, now time.Time) (*Delivery, *wire.Error) {
+	d := &Delivery{Lane: m.lane, MessageID: m.id, Received: now, raw: m.fields["entry"],
+		Deliveries: m.deliveries, replayed: m.fields["replayed"] == "1"}
+	if id := m.fields["entry_id"]; blackboard.ValidID(id) {
+		d.EntryID, d.JobID = id, wire.JobID(id)
+	}
+	bad := func(code wire.Code, format string, a ...any) (*Delivery, *wire.Error) {
+		return d, &wire.Error{Code: code, Message: fmt.Sprintf(format, a...)}
+	}
+	if v := m.fields["v"]; v != "1" {
+		return bad(wire.CodeUnsupportedVersion, "intake message version %q, want 1", v)
+	}
+	if len(d.raw) > wire.MaxEntryBytes {
+		return bad(wire.CodePayloadTooLarge, "entry is %d bytes; the limit is %d", len(d.raw), wire.MaxEntryBytes)
+	}
+	if err := json.Unmarshal([]byte(d.raw), &d.Entry); err != nil {
+		return bad(wire.CodeMalformedJSON, "entry: %v", err)
+	}
+	switch {
+	case d.EntryID == "":
+		return bad(wire.CodeInvalidValue, "intake message has no valid entry_id")
+	case d.Entry.ID != d.EntryID:
+		return bad(wire.CodeInvalidValue, "entry_id %q does not match the entry's %q", d.EntryID, d.Entry.ID)
+	case d.Entry.Topic != blackboard.RequestTopic:
+		return bad(wire.CodeInvalidValue, "topic %q is not %s", d.Entry.Topic, blackboard.RequestTopic)
+	}
+	if err := d.Entry.Validate(); err != nil {
+		return bad(wire.CodeInvalidValue, "entry: %v", err)
+	}
+	d.Module = d.Entry.SourceModule
+	r, werr := wire.DecodeRequest(d.Entry.Data, entryInfo(d.Entry))
+	if werr != nil {
+		return d, werr
+	}
+	d.Request, d.Priority = r, r.Priority
+	if r.Deadline > 0 {
+		d.Deadline = epochTime(r.Deadline)
+	}
+	return d, nil
+}
+
+func entryInfo(e blackboard.Entry) wire.EntryInfo {
+	return wire.EntryInfo{ID: e.ID, SourceModule: e.SourceModule, Priority: int(e.Priority),
+		Timestamp: e.Timestamp, TTLSeconds: e.TTLSeconds}
+}
+
+// resume finishes, for a redelivered message, whatever an earlier delivery
+// decided but did not complete (a crash between steps): an accepted job
+// (record exists) or a rejection, expiry or cancellation (job entry
+// exists). done reports that the message needs nothing more.
+func (b *Broker) resume(ctx context.Context, d *Delivery, decoded bool) (done bool, err error) {
+	if decoded {
+		jobID, err := b.rdb.HGet(ctx, b.keys.JobsIdem(), d.Request.IdempotencyKey).Result()
+		switch {
+		case err == nil:
+			job, err := b.GetJob(ctx, jobID)
+			if err != nil {
+				return false, err
+			}
+			if err := b.publishJob(ctx, d, job); err != nil {
+				return false, err
+			}
+			_, err = b.finishAccept(ctx, d, job)
+			return err == nil, err
+		case !errors.Is(err, redis.Nil):
+			return false, err
+		}
+	}
+	e, err := b.store.Get(ctx, d.JobID)
+	if errors.Is(err, blackboard.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var jd wire.JobData
+	if json.Unmarshal(e.Data, &jd) != nil {
+		return false, nil
+	}
+	switch jd.Status {
+	case wire.JobRejected:
+		werr := &wire.Error{Code: jd.ReasonCode}
+		if jd.Error != nil {
+			werr.Message = jd.Error.Message
+		}
+		reason := ReasonRejected
+		if jd.ReasonCode == wire.CodeDeliveryLimit {
+			reason = ReasonDeliveryLimit
+		}
+		return true, b.deadLetter(ctx, d, reason, werr)
+	case wire.JobExpired:
+		return true, b.expire(ctx, d)
+	case wire.JobCancelled:
+		return true, b.ack(ctx, d, nil)
+	}
+	return false, nil
+}
+
+// deadLetter refuses a request: a rejected compute.job entry, the request
+// entry consumed, then the dead letter written and the message acked in one
+// step (ack.lua), in that order so a crash anywhere is finished by resume.
+func (b *Broker) deadLetter(ctx context.Context, d *Delivery, reason string, werr *wire.Error) error {
+	now := b.cfg.Clock.Now()
+	info := entryInfo(d.Entry)
+	if d.Entry.ID == "" { // undecodable entry: only the id is known
+		info = wire.EntryInfo{ID: d.EntryID}
+	}
+	jd := wire.RejectedJob(info, werr, epoch(now))
+	if d.Request.IdempotencyKey != "" {
+		jd.IdempotencyKey, jd.Account, jd.Priority = d.Request.IdempotencyKey, d.Request.Account, d.Request.Priority
+	}
+	if reason == ReasonDropped {
+		jd.Status, jd.ReasonCode = wire.JobCancelled, ""
+		jd.Error = &wire.JobError{Code: ReasonDropped, Message: werr.Message}
+	}
+	if _, err := b.putJobEntry(ctx, jd); err != nil {
+		return err
+	}
+	if err := b.consumeEntry(ctx, d.EntryID); err != nil {
+		return err
+	}
+	if err := b.ack(ctx, d, deadFields(d, reason, werr, now)); err != nil {
+		return err
+	}
+	if reason != ReasonDropped {
+		b.m.rejected(string(werr.Code))
+	}
+	b.log.Info("request dead-lettered", "entry_id", d.EntryID, "reason", reason, "code", werr.Code, "msg", werr.Message)
+	return nil
+}
+
+func deadFields(d *Delivery, reason string, werr *wire.Error, now time.Time) []any {
+	code, msg := "", ""
+	if werr != nil {
+		code, msg = string(werr.Code), werr.Message
+	}
+	return []any{
+		"entry_id", d.EntryID, "reason", reason, "code", code, "message", msg,
+		"entry", d.raw, "failed_at", formatEpoch(now), "deliveries", strconv.Itoa(d.Deliveries),
+	}
+}
+
+// expire ends a request whose TTL lapsed while it waited: an expired job
+// entry, the request entry marked expired, the message acked.
+func (b *Broker) expire(ctx context.Context, d *Delivery) error {
+	now := b.cfg.Clock.Now()
+	jd := b.jobDataFor(d, wire.JobExpired, &wire.JobError{Code: "expired",
+		Message: "the request's ttl_seconds lapsed before it could be accepted"}, now)
+	if _, err := b.putJobEntry(ctx, jd); err != nil {
+		return err
+	}
+	err := b.store.Expire(ctx, d.EntryID, nil)
+	if err != nil && !errors.Is(err, blackboard.ErrNotFound) && !errors.Is(err, blackboard.ErrConflict) {
+		return err
+	}
+	if err := b.ack(ctx, d, nil); err != nil {
+		return err
+	}
+	b.m.expired.Add(1)
+	return nil
+}
+
+// cancelQueued ends a request retracted before it started: a cancelled job
+// entry and the message acked (the entry keeps its retracted status).
+func (b *Broker) cancelQueued(ctx context.Context, d *Delivery, why string) error {
+	jd := b.jobDataFor(d, wire.JobCancelled, &wire.JobError{Code: "cancelled", Message: why}, b.cfg.Clock.Now())
+	if _, err := b.putJobEntry(ctx, jd); err != nil {
+		return err
+	}
+	if err := b.ack(ctx, d, nil); err != nil {
+		return err
+	}
+	b.m.cancelled.Add(1)
+	return nil
+}
+
+// jobDataFor is the job data of a request that ends before acceptance.
+func (b *Broker) jobDataFor(d *Delivery, st wire.JobStatus, jerr *wire.JobError, now time.Time) wire.JobData {
+	sub, fin := d.Entry.Timestamp, epoch(now)
+	jd := wire.JobData{
+		JobID: d.JobID, RequestEntryID: d.EntryID, IdempotencyKey: d.Request.IdempotencyKey,
+		Account: d.Request.Account, Priority: d.Request.Priority, Status: st, Error: jerr,
+		SubmittedAt: &sub, FinishedAt: &fin,
+	}
+	if jd.Account == "" {
+		jd.Account, jd.Priority = d.Entry.SourceModule, wire.DefaultPriority(int(d.Entry.Priority))
+	}
+	return jd
+}
+
+// consumeEntry marks the request entry consumed; an entry that is gone or
+// already in another final status is fine.
+func (b *Broker) consumeEntry(ctx context.Context, id string) error {
+	err := b.store.Consume(ctx, id, nil)
+	if err != nil && !errors.Is(err, blackboard.ErrNotFound) && !errors.Is(err, blackboard.ErrConflict) {
+		return err
+	}
+	return nil
+}
+
+// ack finishes the intake message (ack.lua): XACK, XDEL and, with dead
+// fields, the dead letter, only while this consumer owns the message.
+func (b *Broker) ack(ctx context.Context, d *Delivery, dead []any) error {
+	args := append([]any{blackboard.InboxGroup, b.cfg.Consumer, d.MessageID}, dead...)
+	n, err := scriptAck.Run(ctx, b.rdb, []string{b.laneKey(d.Lane), b.keys.DLQ()}, args...).Int()
+	if err != nil {
+		return fmt.Errorf("ack %s: %w", d.MessageID, err)
+	}
+	switch {
+	case n == 1 && dead != nil:
+		b.m.deadLettered.Add(1)
+	case n < 0:
+		b.log.Warn("request taken over by another consumer before it was finished here", "entry_id", d.EntryID)
+	}
+	return nil
+}
+
+// eventsStep watches the events stream for retracted requests: a queued
+// one is removed from the inbox and cancelled; an accepted one gets
+// cancel_requested on its job record and Config.OnCancel is called. With
+// block > 0 it waits up to block for events. The first call starts at the
+// end of the stream.
+func (b *Broker) eventsStep(ctx context.Context, block time.Duration) (int, error) {
+	b.evMu.Lock()
+	defer b.evMu.Unlock()
+	if b.evCursor == "" {
+		b.evCursor = "$"
+	}
+	evs, cur, err := b.store.Events(ctx, b.evCursor, blackboard.EventEntryUpdated, 500, block)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, nil
+		}
+		return 0, err
+	}
+	b.evCursor = cur
+	n := 0
+	var errs []error
+	for _, ev := range evs {
+		var p struct {
+			EntryID string          `json:"entry_id"`
+			Topic   string          `json:"topic"`
+			Field   string          `json:"field"`
+			New     json.RawMessage `json:"new"`
+		}
+		if json.Unmarshal(ev.Payload, &p) != nil || p.Topic != blackboard.RequestTopic || p.Field != "status" {
+			continue
+		}
+		var st string
+		if json.Unmarshal(p.New, &st) != nil || st != string(blackboard.StatusRetracted) {
+			continue
+		}
+		n++
+		errs = append(errs, b.retracted(ctx, p.EntryID))
+	}
+	return n, errors.Join(errs...)
+}
+
+// retracted handles one retracted request entry.
+func (b *Broker) retracted(ctx context.Context, entryID string) error {
+	if it, ok := b.inbox.Remove(entryID); ok {
+		return b.cancelQueued(ctx, it.Value.(*Delivery), "request entry retracted before it started")
+	}
+	jobID := wire.JobID(entryID)
+	ok, err := b.markCancelRequested(ctx, jobID)
+	if err != nil || !ok {
+		return err
+	}
+	if b.cfg.OnCancel != nil {
+		b.cfg.OnCancel(Cancel{EntryID: entryID, JobID: jobID})
+	}
+	return nil
+}
+
+// parseCounted parses {{id, fields, deliveries}, ...} from own.lua and claim.lua.
+func parseCounted(lane int, v any) []message {
+	rows, _ := v.([]any)
+	out := make([]message, 0, len(rows))
+	for _, r := range rows {
+		t, _ := r.([]any)
+		if len(t) != 3 {
+			continue
+		}
+		id, _ := t[0].(string)
+		n, _ := t[2].(int64)
+		out = append(out, message{lane: lane, id: id, fields: pairs(t[1]), deliveries: int(n)})
+	}
+	return out
+}
+
+// pairs turns a flat {field, value, ...} reply into a map.
+func pairs(v any) map[string]string {
+	a, _ := v.([]any)
+	m := make(map[string]string, len(a)/2)
+	for i := 0; i+1 < len(a); i += 2 {
+		k, _ := a[i].(string)
+		m[k], _ = a[i+1].(string)
+	}
+	return m
+}
+
+func epoch(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
+func epochTime(s float64) time.Time {
+	sec := int64(s)
+	return time.Unix(sec, int64((s-float64(sec))*1e9)).UTC()
+}
+
+func formatEpoch(t time.Time) string { return strconv.FormatFloat(epoch(t), 'f', -1, 64) }

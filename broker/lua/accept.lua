@@ -1,0 +1,26 @@
+-- accept.lua: create the durable job record for a request, once per
+-- idempotency key.
+--
+-- KEYS[1]  P:jobs:idem   HASH idempotency_key -> job_id
+-- KEYS[2]  P:job:<id>    HASH the record of this request's job
+-- KEYS[3]  P:jobs:active ZSET job_id -> accepted_at
+-- ARGV[1]  idempotency key
+-- ARGV[2]  job id (of this request)
+-- ARGV[3]  accepted_at, epoch seconds (the ZSET score)
+-- ARGV[4..] record field, value pairs
+--
+-- Returns {1, job_id} when the record was created now, {0, job_id} when the
+-- key already maps to a job (this request's, on redelivery, or another
+-- request's, for a duplicate key); nothing is written then.
+local existing = redis.call('HGET', KEYS[1], ARGV[1])
+if existing then
+  return { 0, existing }
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+local fields = {}
+for i = 4, #ARGV do
+  fields[#fields + 1] = ARGV[i]
+end
+redis.call('HSET', KEYS[2], unpack(fields))
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
+return { 1, ARGV[2] }

@@ -1,0 +1,41 @@
+package broker
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The broker's Lua scripts, one file per atomic step, each with a header
+// listing its KEYS, ARGV and returns. lib.lua is prepended to each.
+var (
+	//go:embed lua/lib.lua
+	luaLib string
+	//go:embed lua/read.lua
+	luaRead string
+	//go:embed lua/claim.lua
+	luaClaim string
+	//go:embed lua/own.lua
+	luaOwn string
+	//go:embed lua/refresh.lua
+	luaRefresh string
+	//go:embed lua/ack.lua
+	luaAck string
+	//go:embed lua/replay.lua
+	luaReplay string
+	//go:embed lua/accept.lua
+	luaAccept string
+	//go:embed lua/transition.lua
+	luaTransition string
+)
+
+var (
+	scriptRead       = redis.NewScript(luaLib + luaRead)
+	scriptClaim      = redis.NewScript(luaLib + luaClaim)
+	scriptOwn        = redis.NewScript(luaLib + luaOwn)
+	scriptRefresh    = redis.NewScript(luaLib + luaRefresh)
+	scriptAck        = redis.NewScript(luaLib + luaAck)
+	scriptReplay     = redis.NewScript(luaLib + luaReplay)
+	scriptAccept     = redis.NewScript(luaLib + luaAccept)
+	scriptTransition = redis.NewScript(luaLib + luaTransition)
+)

@@ -1,0 +1,141 @@
+package engine
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultHalfLife reproduces the original's decay of 0.9 per hour:
+// 0.9^h = 2^(−h/H) ⇔ H = ln 2 / −ln 0.9 hours ≈ 6.579 h.
+var DefaultHalfLife = time.Duration(math.Ln2 / -math.Log(0.9) * float64(time.Hour))
+
+// DefaultBilling prices one second of each resource unit: a core 1, a GiB of
+// memory 0.25, a GPU 8; GPU memory, network and storage are free. A MIG
+// instance costs its compute slices / Policy.MIGSlices of a GPU.
+var DefaultBilling = [NumDims]float64{
+	DimCPU:    1.0 / 1000,
+	DimMemory: 0.25 / 1024,
+	DimGPU:    8,
+}
+
+// DefaultWeights are the priority formula's default coefficients.
+var DefaultWeights = Weights{Level: 1, Age: 0.5, FairShare: 2, Deadline: 1}
+
+// DefaultPolicy returns the policy a zero Policy stands for.
+func DefaultPolicy() Policy { return Policy{}.withDefaults() }
+
+func (p Policy) withDefaults() Policy {
+	if p.Weights == (Weights{}) {
+		p.Weights = DefaultWeights
+	}
+	if p.MaxAge == 0 {
+		p.MaxAge = 9
+	}
+	if p.Band <= 0 {
+		p.Band = 1
+	}
+	if p.DeadlineHorizon <= 0 {
+		p.DeadlineHorizon = time.Hour
+	}
+	if p.DeadlineAction == "" {
+		p.DeadlineAction = DeadlineRun
+	}
+	if p.FairShareMode == "" {
+		p.FairShareMode = FairShareClassic
+	}
+	if p.HalfLife <= 0 {
+		p.HalfLife = DefaultHalfLife
+	}
+	if p.Billing == ([NumDims]float64{}) {
+		p.Billing = DefaultBilling
+	}
+	if p.MIGSlices <= 0 {
+		p.MIGSlices = 7
+	}
+	if p.Selection == "" {
+		p.Selection = SelectPriority
+	}
+	if p.Quantum <= 0 {
+		p.Quantum = 3600
+	}
+	if p.DefaultShares <= 0 {
+		p.DefaultShares = 1
+	}
+	if p.DefaultAccount == "" {
+		p.DefaultAccount = "default"
+	}
+	if p.Strategy == "" {
+		p.Strategy = BestFit
+	}
+	if p.PoolLabel == "" {
+		p.PoolLabel = "pool"
+	}
+	if p.DefaultDuration <= 0 {
+		p.DefaultDuration = time.Hour
+	}
+	if p.MaxEstimates == 0 {
+		p.MaxEstimates = 1024
+	}
+	return p
+}
+
+// strategyFor returns the strategy of a job: its own, else its pool's, else
+// the policy's.
+func (p *Policy) strategyFor(j *Job) Strategy {
+	if validStrategy(j.Strategy) {
+		return j.Strategy
+	}
+	if pool, ok := j.NodeSelector[p.PoolLabel]; ok {
+		if s, ok := p.PoolStrategy[pool]; ok && validStrategy(s) {
+			return s
+		}
+	}
+	if validStrategy(p.Strategy) {
+		return p.Strategy
+	}
+	return BestFit
+}
+
+func validStrategy(s Strategy) bool {
+	switch s {
+	case BestFit, FirstFit, WorstFit, Balanced, MostAllocated:
+		return true
+	}
+	return false
+}
+
+// migSlices parses the compute slices of a MIG profile ("3g.40gb" → 3); 1
+// when the profile has no such prefix.
+func migSlices(profile string) int {
+	g, _, ok := strings.Cut(profile, "g.")
+	if !ok {
+		return 1
+	}
+	n, err := strconv.Atoi(g)
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
+
+// billingRate is a job's price per second of running, in billing units.
+func (p *Policy) billingRate(r *jobReq) float64 {
+	rate := 0.0
+	for d := range NumDims {
+		rate += p.Billing[d] * float64(r.vec[d])
+	}
+	if r.nMIG > 0 {
+		rate += float64(r.nMIG) * float64(migSlices(r.mig)) / float64(p.MIGSlices) * p.Billing[DimGPU]
+	}
+	return rate
+}
+
+// duration is the planning duration of a job.
+func (p *Policy) duration(j *Job) time.Duration {
+	if j.EstDuration > 0 {
+		return j.EstDuration
+	}
+	return p.DefaultDuration
+}

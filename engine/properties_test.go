@@ -1,0 +1,323 @@
+package engine_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/computeboard/computeboard/engine"
+	et "github.com/computeboard/computeboard/engine/enginetest"
+)
+
+// The invariants every plan must keep, checked over generated snapshots.
+
+func genSnap(seed uint64) engine.Snapshot {
+	// Vary the size and load with the seed so small and crowded clusters
+	// both appear.
+	nodes := 1 + int(seed%17)
+	snap := et.Generate(et.GenConfig{Seed: seed, Nodes: nodes, Pending: 5 + int(seed*7%120), Running: int(seed * 3 % 40), Accounts: 1 + int(seed%5)})
+	sels := []engine.Selection{engine.SelectPriority, engine.SelectProportional, engine.SelectLottery, engine.SelectWFQ, engine.SelectDRR, engine.SelectDRF}
+	snap.Policy.Selection = sels[seed%uint64(len(sels))]
+	strats := []engine.Strategy{engine.BestFit, engine.FirstFit, engine.WorstFit, engine.Balanced, engine.MostAllocated}
+	snap.Policy.Strategy = strats[seed/7%uint64(len(strats))]
+	if seed%11 == 0 {
+		snap.Policy.NoBackfill = true
+	}
+	return snap
+}
+
+func TestProperties(t *testing.T) {
+	n := uint64(300)
+	if testing.Short() {
+		n = 60
+	}
+	for seed := range n {
+		checkInvariants(t, genSnap(seed))
+	}
+}
+
+// FuzzSchedule explores the same invariants from fuzzed sizes and seeds
+// (go test -fuzz FuzzSchedule ./engine).
+func FuzzSchedule(f *testing.F) {
+	for _, s := range []uint64{1, 7, 42, 1000} {
+		f.Add(s, uint8(5), uint8(40), uint8(10), uint8(3))
+	}
+	f.Fuzz(func(t *testing.T, seed uint64, nodes, pending, running, accounts uint8) {
+		snap := et.Generate(et.GenConfig{Seed: seed, Nodes: int(nodes % 64), Pending: int(pending), Running: int(running), Accounts: 1 + int(accounts%8)})
+		snap.Policy.Selection = []engine.Selection{engine.SelectPriority, engine.SelectLottery, engine.SelectWFQ, engine.SelectDRR, engine.SelectDRF, engine.SelectProportional}[seed%6]
+		checkInvariants(t, snap)
+	})
+}
+
+func deepCopy(t testing.TB, s engine.Snapshot) engine.Snapshot {
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c engine.Snapshot
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func checkInvariants(t *testing.T, snap engine.Snapshot) {
+	t.Helper()
+	before := deepCopy(t, snap)
+	plan, st := engine.Schedule(engine.State{}, snap)
+
+	// The input is never mutated, and the same input gives the same plan.
+	if !reflect.DeepEqual(deepCopy(t, snap), before) {
+		t.Fatalf("seed %d: Schedule modified its input", snap.Seed)
+	}
+	again, st2 := engine.Schedule(engine.State{}, before)
+	if !samePlan(plan, again) || !reflect.DeepEqual(st, st2) {
+		t.Fatalf("seed %d: two runs on the same input differ", snap.Seed)
+	}
+
+	jobs := map[string]engine.Job{}
+	for _, j := range snap.Pending {
+		jobs[j.ID] = j
+	}
+	nodes := map[string]*engine.Node{}
+	for i := range before.Nodes {
+		nodes[before.Nodes[i].Name] = &before.Nodes[i]
+	}
+	used := map[string]engine.Resources{}
+	gpuTaken := map[string]bool{}
+	placed := map[string]bool{}
+	for _, p := range plan.Placements {
+		j, ok := jobs[p.JobID]
+		if !ok || placed[p.JobID] {
+			t.Fatalf("seed %d: placement of unknown or twice-placed job %s", snap.Seed, p.JobID)
+		}
+		placed[p.JobID] = true
+		n := nodes[p.Node]
+		if n == nil || n.Unhealthy {
+			t.Fatalf("seed %d: %s placed on missing or unhealthy node %s", snap.Seed, p.JobID, p.Node)
+		}
+		used[p.Node] = used[p.Node].Add(holdVec(j))
+		// Devices: each free, unused before, and matching the request.
+		for _, id := range p.GPUs {
+			g := findGPU(n, id)
+			if g == nil || g.InUse || len(g.MIG) > 0 || gpuTaken[id] {
+				t.Fatalf("seed %d: %s got unavailable GPU %s", snap.Seed, p.JobID, id)
+			}
+			if j.GPUModel != "" && g.Model != j.GPUModel {
+				t.Fatalf("seed %d: %s got GPU model %s, asked %s", snap.Seed, p.JobID, g.Model, j.GPUModel)
+			}
+			gpuTaken[id] = true
+		}
+		if j.MIGProfile == "" && len(n.GPUs) > 0 && len(p.GPUs) != int(j.Request[engine.DimGPU]) {
+			t.Fatalf("seed %d: %s got %d GPUs, asked %d", snap.Seed, p.JobID, len(p.GPUs), j.Request[engine.DimGPU])
+		}
+		for _, id := range p.MIG {
+			if gpuTaken[id] {
+				t.Fatalf("seed %d: MIG instance %s given twice", snap.Seed, id)
+			}
+			gpuTaken[id] = true
+		}
+		for k, v := range j.NodeSelector {
+			if n.Labels[k] != v {
+				t.Fatalf("seed %d: %s placed on %s against its selector", snap.Seed, p.JobID, p.Node)
+			}
+		}
+	}
+	// No node is over-committed in any resource.
+	for name, u := range used {
+		if !u.Fits(nodes[name].Free()) {
+			t.Fatalf("seed %d: node %s over-committed: free %s, placed %s", snap.Seed, name, nodes[name].Free(), u)
+		}
+	}
+	// A gang is never partly placed.
+	gangPlaced, gangPending := map[string]int{}, map[string]int{}
+	for _, j := range snap.Pending {
+		if j.GangID != "" {
+			gangPending[j.GangID]++
+			if placed[j.ID] {
+				gangPlaced[j.GangID]++
+			}
+		}
+	}
+	for g, n := range gangPlaced {
+		if n != gangPending[g] {
+			t.Fatalf("seed %d: gang %s partly placed (%d of %d)", snap.Seed, g, n, gangPending[g])
+		}
+	}
+	// Every pending job is either placed or rejected, and explained once.
+	if len(plan.Placements)+len(plan.Rejected) != len(snap.Pending) || len(plan.Explanations) != len(snap.Pending) {
+		t.Fatalf("seed %d: %d placed + %d rejected, %d explained, for %d pending", snap.Seed,
+			len(plan.Placements), len(plan.Rejected), len(plan.Explanations), len(snap.Pending))
+	}
+	// Backfill never delays the reserved job.
+	if r := plan.Reservation; r != nil {
+		checkReservationKept(t, before, plan, r)
+	}
+}
+
+func holdVec(j engine.Job) engine.Resources {
+	v := j.Request
+	if j.MIGProfile != "" {
+		v[engine.DimGPU], v[engine.DimGPUMemory] = 0, 0
+	}
+	if d, ok := engine.TierDim(j.StorageTier); ok {
+		s := v.Storage()
+		v[engine.DimNVMe], v[engine.DimSSD], v[engine.DimHDD] = 0, 0, 0
+		v[d] = s
+	}
+	return v
+}
+
+func findGPU(n *engine.Node, id string) *engine.GPU {
+	for i := range n.GPUs {
+		if n.GPUs[i].ID == id {
+			return &n.GPUs[i]
+		}
+	}
+	return nil
+}
+
+// checkReservationKept starts every placement of the plan, then asks the
+// engine for the reserved job's reservation again: it must not be later.
+func checkReservationKept(t *testing.T, snap engine.Snapshot, plan engine.Plan, r *engine.Reservation) {
+	t.Helper()
+	after := deepCopy(t, snap)
+	jobs := map[string]engine.Job{}
+	for _, j := range after.Pending {
+		jobs[j.ID] = j
+	}
+	gang := jobs[r.JobID].GangID
+	for _, p := range plan.Placements {
+		j := jobs[p.JobID]
+		for i := range after.Nodes {
+			n := &after.Nodes[i]
+			if n.Name != p.Node {
+				continue
+			}
+			n.Allocated = n.Allocated.Add(holdVec(j))
+			for g := range n.GPUs {
+				if slices.Contains(p.GPUs, n.GPUs[g].ID) {
+					n.GPUs[g].InUse = true
+				}
+				for m := range n.GPUs[g].MIG {
+					if slices.Contains(p.MIG, n.GPUs[g].MIG[m].ID) {
+						n.GPUs[g].MIG[m].InUse = true
+					}
+				}
+			}
+			for d := range n.NUMA {
+				if n.NUMA[d].ID == p.NUMA {
+					n.NUMA[d].CPU -= j.Request[engine.DimCPU]
+					n.NUMA[d].Memory -= j.Request[engine.DimMemory]
+				}
+			}
+		}
+		after.Running = append(after.Running, engine.Running{Job: j, Node: p.Node, Started: after.Now, GPUs: p.GPUs, MIG: p.MIG})
+	}
+	after.Pending = slices.DeleteFunc(after.Pending, func(j engine.Job) bool {
+		return j.ID != r.JobID && (gang == "" || j.GangID != gang)
+	})
+	plan2, _ := engine.Schedule(engine.State{}, after)
+	if len(plan2.Placements) > 0 {
+		t.Fatalf("seed %d: reserved job %s fits now after backfill?", snap.Seed, r.JobID)
+	}
+	if plan2.Reservation == nil || plan2.Reservation.Start.After(r.Start) {
+		t.Fatalf("seed %d: backfill delayed reserved job %s: was %v, now %+v", snap.Seed, r.JobID, r.Start, plan2.Reservation)
+	}
+}
+
+// TestShareConvergence runs a long simulated workload on a virtual clock:
+// three always-backlogged accounts with shares 1:2:3 on a 12-slot node,
+// 10-minute jobs, a cycle every 10 minutes. Over the second half of the run
+// each account's share of the slot-time must be within 0.03 (absolute) of
+// its target, for every selection algorithm.
+func TestShareConvergence(t *testing.T) {
+	const tol = 0.03
+	shares := []float64{1, 2, 3}
+	sels := []engine.Selection{engine.SelectPriority, engine.SelectProportional, engine.SelectLottery, engine.SelectWFQ, engine.SelectDRR, engine.SelectDRF}
+	for _, sel := range sels {
+		t.Run(string(sel), func(t *testing.T) {
+			got := simulateShares(t, sel, shares, 300)
+			t.Logf("shares %.3f (target %.3f)", got, []float64{1.0 / 6, 2.0 / 6, 3.0 / 6})
+			for i, s := range shares {
+				want := s / 6
+				if math.Abs(got[i]-want) > tol {
+					t.Errorf("account %d: share %.3f, want %.3f ± %.2f (all %v)", i, got[i], want, tol, got)
+				}
+			}
+		})
+	}
+}
+
+func simulateShares(t *testing.T, sel engine.Selection, shares []float64, cycles int) []float64 {
+	t.Helper()
+	snap := engine.Snapshot{Now: et.Epoch, Policy: engine.Policy{Selection: sel, HalfLife: 2 * time.Hour, NoAging: true}}
+	snap.Nodes = []engine.Node{et.Node("n").CPU(12).Mem(48).Obj()}
+	for i, s := range shares {
+		snap.Accounts = append(snap.Accounts, engine.Account{Name: fmt.Sprint("acct", i), Shares: s})
+	}
+	const est = 10 * time.Minute
+	seq := 0
+	var st engine.State
+	slotTime := make([]float64, len(shares))
+	for c := range cycles {
+		snap.Seed = uint64(c)
+		// Jobs that ran for est end now: report them once with Ended.
+		var keep []engine.Running
+		for _, r := range snap.Running {
+			if !r.Ended.IsZero() {
+				continue
+			}
+			if !snap.Now.Before(r.Started.Add(est)) {
+				r.Ended = snap.Now
+				snap.Nodes[0].Allocated = snap.Nodes[0].Allocated.Sub(r.Request)
+			}
+			keep = append(keep, r)
+		}
+		snap.Running = keep
+		// Keep every account backlogged.
+		for i := range shares {
+			n := 0
+			for _, j := range snap.Pending {
+				if j.Account == fmt.Sprint("acct", i) {
+					n++
+				}
+			}
+			for ; n < 24; n++ {
+				seq++
+				snap.Pending = append(snap.Pending, et.Job(fmt.Sprintf("j%06d", seq)).Account(fmt.Sprint("acct", i)).
+					Priority(5).CPU(1).Mem(1).Est(est).Submitted(snap.Now).Obj())
+			}
+		}
+		plan, next := engine.Schedule(st, snap)
+		st = next
+		byID := map[string]engine.Job{}
+		for _, j := range snap.Pending {
+			byID[j.ID] = j
+		}
+		for _, p := range plan.Placements {
+			j := byID[p.JobID]
+			snap.Running = append(snap.Running, engine.Running{Job: j, Node: p.Node, Started: snap.Now})
+			snap.Nodes[0].Allocated = snap.Nodes[0].Allocated.Add(j.Request)
+			snap.Pending = slices.DeleteFunc(snap.Pending, func(x engine.Job) bool { return x.ID == p.JobID })
+			if c >= cycles/2 {
+				var i int
+				fmt.Sscanf(j.Account, "acct%d", &i)
+				slotTime[i]++
+			}
+		}
+		snap.Now = snap.Now.Add(est)
+	}
+	total := 0.0
+	for _, v := range slotTime {
+		total += v
+	}
+	for i := range slotTime {
+		slotTime[i] /= total
+	}
+	return slotTime
+}

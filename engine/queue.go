@@ -1,0 +1,93 @@
+package engine
+
+import (
+	"cmp"
+	"math"
+	"strings"
+	"time"
+)
+
+// This file is step 1 of the cycle: each pending job's priority and the
+// order of jobs within an account.
+//
+// The priority formula (in priority levels, like Slurm's multifactor sum):
+//
+//	P = W_level·level + min(W_age·hours_waited, MaxAge) + W_fs·F_fs + W_dl·urgency
+//	urgency = 0 without a deadline; 1 if slack ≤ 0; else H/(H+slack)
+//	slack = deadline − now − estimated duration, H = Policy.DeadlineHorizon
+//
+// Jobs are then compared (lower runs first) by:
+//
+//  1. band = ⌊P / Policy.Band⌋, higher first ("comparable priority");
+//  2. within a band, jobs with a deadline before jobs without, by slack
+//     ascending (earliest deadline first; overdue jobs by how late they are,
+//     the latest first);
+//  3. P, higher first; 4. Submitted, earlier first; 5. ID.
+
+// Priority returns the priority formula's value for j and its factors. fs is
+// the fair-share factor of j's account (see FairShareFactors).
+func Priority(j *Job, now time.Time, p *Policy, fs float64) (float64, Factors) {
+	f := Factors{Level: j.Priority, FairShare: fs}
+	if w := now.Sub(j.Submitted); w > 0 && !j.Submitted.IsZero() && !p.NoAging {
+		f.AgeHours = w.Hours()
+		f.Age = p.Weights.Age * f.AgeHours
+		if p.MaxAge >= 0 {
+			f.Age = min(f.Age, p.MaxAge)
+		}
+	}
+	if !j.Deadline.IsZero() {
+		f.HasDeadline = true
+		f.Slack = j.Deadline.Sub(now) - j.EstDuration
+		f.DeadlineMiss = f.Slack < 0
+		if f.Slack <= 0 {
+			f.Urgency = 1
+		} else {
+			h := float64(p.DeadlineHorizon)
+			f.Urgency = h / (h + float64(f.Slack))
+		}
+	}
+	prio := p.Weights.Level*float64(j.Priority) + f.Age + p.Weights.FairShare*fs + p.Weights.Deadline*f.Urgency
+	return prio, f
+}
+
+// entry is one unit of the order: a single job, or every pending member of
+// a gang (placed all together or not at all).
+type entry struct {
+	jobs      []int // indices into Snapshot.Pending; a gang's members in ID order
+	acct      int   // index into the cycle's account table
+	prio      float64
+	band      float64
+	f         Factors
+	submitted time.Time
+	id        string  // first member's ID
+	cost      float64 // billing-seconds if run for its planning duration (all members)
+	use       Resources
+}
+
+// compareEntries orders entries within one account and for SelectPriority
+// across accounts. Lower runs first.
+func compareEntries(a, b *entry) int {
+	return cmp.Or(
+		-cmp.Compare(a.band, b.band),
+		compareDeadline(a, b),
+		-cmp.Compare(a.prio, b.prio),
+		a.submitted.Compare(b.submitted),
+		strings.Compare(a.id, b.id),
+	)
+}
+
+func compareDeadline(a, b *entry) int {
+	switch {
+	case a.f.HasDeadline && b.f.HasDeadline:
+		return cmp.Compare(a.f.Slack, b.f.Slack)
+	case a.f.HasDeadline:
+		return -1
+	case b.f.HasDeadline:
+		return 1
+	}
+	return 0
+}
+
+func bandOf(prio, width float64) float64 {
+	return math.Floor(prio / width)
+}

@@ -1,0 +1,687 @@
+package engine
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+// Schedule runs one scheduling cycle. It is a pure function: no I/O, no
+// goroutines, no clock reads; its randomness comes from snap.Seed; the same
+// (st, snap) gives an identical Plan and State; neither input is modified.
+//
+// The cycle (doc.go has the formulas):
+//
+//  1. Validate the pending jobs; bring usage up to snap.Now (decay, then
+//     charge running jobs); compute the fair-share factors (fairshare.go).
+//  2. Compute each job's priority and sort each account's queue once
+//     (queue.go); gang members form one entry.
+//  3. Interleave the accounts with the selection algorithm into one order
+//     (fairshare.go).
+//  4. Walk the order: check deadline, quota and share cap; place the entry
+//     on the best node of its strategy through the node index (binpack.go).
+//     The first entry that does not fit gets a reservation; later entries may
+//     start only if they do not delay it (EASY backfill, backfill.go).
+//  5. Explain every pending job and estimate start times (explain.go);
+//     return the plan and the next State (state.go).
+func Schedule(st State, snap Snapshot) (Plan, State) {
+	c := newCycle(st, &snap)
+	c.validate()
+	c.accrue()
+	c.buildEntries()
+	c.orderEntries()
+	c.place()
+	c.explain()
+	c.commit()
+	return c.plan, c.state
+}
+
+// outcome is what happened to one pending job.
+type outcome struct {
+	placed bool
+	node   int
+	rej    Rejection // when not placed
+	pos    int
+	set    bool
+}
+
+// placed is a placement made this cycle, kept for reservations and undo.
+type placed struct {
+	ji   int
+	node int
+	pk   picks
+	end  time.Time
+}
+
+type cycle struct {
+	snap  *Snapshot
+	p     Policy
+	now   time.Time
+	in    State
+	state State
+	plan  Plan
+
+	nodes  []nodeWork
+	byName map[string]int
+	ix     *nodeIndex
+	total  Resources // cluster capacity, for DRF and the share cap
+
+	reqs    []jobReq
+	acctOf  []int
+	prio    []float64
+	factors []Factors
+	out     []outcome
+	valid   []bool
+
+	as      *accounts
+	entries []*entry
+	order   []*entry
+	sel     *selector
+
+	placements []placed
+	resv       *reservation
+	resvTries  int
+	blocked    bool // NoBackfill: a job is blocked, nothing after it starts
+
+	failShape map[shapeKey]*Rejection // shapes known not to fit anywhere this cycle
+	failVecs  []Resources             // plain requests known not to fit (dominance check)
+	analyzed  map[shapeKey]*Rejection // per-shape failure analysis
+	scratch   []int
+	entryIdx  map[int]*entry
+	trial     bool // placing the second or later member of a gang: failures are not cached
+}
+
+func newCycle(st State, snap *Snapshot) *cycle {
+	c := &cycle{snap: snap, p: snap.Policy.withDefaults(), now: snap.Now, in: st}
+	c.state = st.Clone()
+	c.state.Version = StateVersion
+	if c.state.Accounts == nil {
+		c.state.Accounts = map[string]AccountState{}
+	}
+	c.plan = Plan{Seed: snap.Seed, Now: snap.Now}
+	c.nodes = make([]nodeWork, len(snap.Nodes))
+	c.byName = make(map[string]int, len(snap.Nodes))
+	order := make([]int, len(snap.Nodes))
+	for i := range order {
+		order[i] = i
+	}
+	// Index order: by name, so first-fit and ties are stable.
+	slices.SortStableFunc(order, func(a, b int) int {
+		return compareStrings(snap.Nodes[a].Name, snap.Nodes[b].Name)
+	})
+	for k, i := range order {
+		n := &snap.Nodes[i]
+		c.nodes[k] = newNodeWork(n)
+		if _, dup := c.byName[n.Name]; !dup {
+			c.byName[n.Name] = k
+		} else {
+			c.nodes[k].healthy = false // a duplicate name cannot be addressed
+		}
+		if !n.Unhealthy {
+			c.total = c.total.Add(n.Capacity)
+		}
+	}
+	c.ix = newNodeIndex(c.nodes)
+	c.failShape = map[shapeKey]*Rejection{}
+	c.analyzed = map[shapeKey]*Rejection{}
+	c.scratch = make([]int, 0, 64)
+	return c
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// validate marks malformed jobs; they are rejected as final and take no
+// part in the order.
+func (c *cycle) validate() {
+	pend := c.snap.Pending
+	n := len(pend)
+	c.reqs = make([]jobReq, n)
+	c.valid = make([]bool, n)
+	c.out = make([]outcome, n)
+	seen := make(map[string]bool, n)
+	gangCount := map[string]int{}
+	for i := range pend {
+		if pend[i].GangID != "" {
+			gangCount[pend[i].GangID]++
+		}
+	}
+	for i := range pend {
+		j := &pend[i]
+		c.reqs[i] = newJobReq(j)
+		msg := ""
+		switch {
+		case j.ID == "":
+			msg = "empty job ID"
+		case seen[j.ID]:
+			msg = "duplicate job ID"
+		case j.Priority < 0 || j.Priority > 9:
+			msg = fmt.Sprintf("priority %d outside 0..9", j.Priority)
+		case j.StorageTier != "" && !validTier(j.StorageTier):
+			msg = fmt.Sprintf("unknown storage tier %q", j.StorageTier)
+		case j.Strategy != "" && !validStrategy(j.Strategy):
+			msg = fmt.Sprintf("unknown strategy %q", j.Strategy)
+		case j.GangID != "" && j.GangSize < 1:
+			msg = "gang without a size"
+		case j.GangID != "" && gangCount[j.GangID] > j.GangSize:
+			msg = fmt.Sprintf("gang %s has %d pending members, more than its size %d", j.GangID, gangCount[j.GangID], j.GangSize)
+		case j.EstDuration < 0:
+			msg = "negative estimated duration"
+		}
+		for d, v := range j.Request {
+			if v < 0 && msg == "" {
+				msg = fmt.Sprintf("negative %s", Dim(d))
+			}
+		}
+		seen[j.ID] = true
+		if msg != "" {
+			c.out[i] = outcome{set: true, rej: reject(j.ID, ReasonInvalid, true, "%s", msg)}
+			continue
+		}
+		c.valid[i] = true
+	}
+}
+
+func validTier(t string) bool { _, ok := TierDim(t); return ok }
+
+func (c *cycle) accountName(j *Job) string {
+	if j.Account == "" {
+		return c.p.DefaultAccount
+	}
+	return j.Account
+}
+
+// accrue brings every account's usage to Now: decay, then the decayed
+// integral of each running (or recently ended) job's billing rate since the
+// last cycle. It builds the account table and the fair-share factors.
+func (c *cycle) accrue() {
+	h := c.p.HalfLife
+	usage := make(map[string]float64, len(c.state.Accounts))
+	for name, a := range c.state.Accounts {
+		if c.now.After(a.UsageAt) && !a.UsageAt.IsZero() {
+			a.Usage = decay(a.Usage, c.now.Sub(a.UsageAt), h)
+		}
+		if c.now.After(a.UsageAt) {
+			a.UsageAt = c.now
+		}
+		c.state.Accounts[name] = a
+	}
+	from := c.in.LastNow
+	extra := make([]string, 0, 32)
+	for i := range c.snap.Running {
+		r := &c.snap.Running[i]
+		name := c.accountName(&r.Job)
+		extra = append(extra, name)
+		a := r.Started
+		if from.After(a) {
+			a = from
+		}
+		b := c.now
+		if !r.Ended.IsZero() && r.Ended.Before(b) {
+			b = r.Ended
+		}
+		req := newJobReq(&r.Job)
+		u := accrued(c.p.billingRate(&req), a, b, c.now, h)
+		if u > 0 {
+			as := c.state.Accounts[name]
+			as.Usage += u
+			as.UsageAt = c.now
+			c.state.Accounts[name] = as
+		}
+	}
+	for i := range c.snap.Pending {
+		extra = append(extra, c.accountName(&c.snap.Pending[i]))
+	}
+	for name, a := range c.state.Accounts {
+		usage[name] = a.Usage
+	}
+	c.as = buildAccounts(c.snap.Accounts, extra, usage, c.p.DefaultShares)
+	if c.p.FairShareMode == FairShareEffectivePriority {
+		c.as.effectivePriorityFactors()
+	}
+	// Allocation of running jobs, for quotas, guarantees and DRF.
+	for i := range c.snap.Running {
+		r := &c.snap.Running[i]
+		if !r.Ended.IsZero() && !r.Ended.After(c.now) {
+			continue
+		}
+		req := newJobReq(&r.Job)
+		c.addAlloc(c.as.lookup(c.accountName(&r.Job)), req.vec, true)
+	}
+}
+
+// addAlloc adds v to account a's allocation (and its ancestors'); ordering
+// also updates the ordering copies.
+func (c *cycle) addAlloc(a int, v Resources, ordering bool) {
+	if a < 0 {
+		return
+	}
+	c.as.list[a].ownAlloc = c.as.list[a].ownAlloc.Add(v)
+	if ordering {
+		c.as.list[a].oOwn = c.as.list[a].oOwn.Add(v)
+	}
+	for i := a; i >= 0; i = c.as.list[i].parent {
+		c.as.list[i].alloc = c.as.list[i].alloc.Add(v)
+		if ordering {
+			c.as.list[i].oAlloc = c.as.list[i].oAlloc.Add(v)
+		}
+	}
+}
+
+// buildEntries computes priorities and forms the per-account queues.
+func (c *cycle) buildEntries() {
+	pend := c.snap.Pending
+	c.acctOf = make([]int, len(pend))
+	c.prio = make([]float64, len(pend))
+	c.factors = make([]Factors, len(pend))
+	gangs := map[string]*entry{}
+	for i := range pend {
+		j := &pend[i]
+		a := c.as.lookup(c.accountName(j))
+		c.acctOf[i] = a
+		c.prio[i], c.factors[i] = Priority(j, c.now, &c.p, c.as.list[a].Factor)
+		if !c.valid[i] {
+			continue
+		}
+		r := &c.reqs[i]
+		cost := c.p.billingRate(r) * c.p.duration(j).Seconds()
+		if j.GangID != "" {
+			if g, ok := gangs[j.GangID]; ok {
+				g.jobs = append(g.jobs, i)
+				g.cost += cost
+				g.use = g.use.Add(r.vec)
+				continue
+			}
+		}
+		e := &entry{jobs: []int{i}, acct: a, cost: cost, use: r.vec}
+		if j.GangID != "" {
+			gangs[j.GangID] = e
+		}
+		c.entries = append(c.entries, e)
+	}
+	for _, e := range c.entries {
+		// A gang takes its account and sort keys from its best member.
+		best := e.jobs[0]
+		e.submitted = pend[best].Submitted
+		for _, i := range e.jobs[1:] {
+			if c.prio[i] > c.prio[best] || c.prio[i] == c.prio[best] && pend[i].ID < pend[best].ID {
+				best = i
+			}
+			if pend[i].Submitted.Before(e.submitted) {
+				e.submitted = pend[i].Submitted
+			}
+		}
+		slices.SortFunc(e.jobs, func(a, b int) int { return compareStrings(pend[a].ID, pend[b].ID) })
+		e.acct = c.acctOf[best]
+		e.prio = c.prio[best]
+		e.f = c.factors[best]
+		e.band = bandOf(e.prio, c.p.Band)
+		e.id = pend[e.jobs[0]].ID
+		c.as.list[e.acct].queue = append(c.as.list[e.acct].queue, e)
+	}
+	for i := range c.as.list {
+		slices.SortFunc(c.as.list[i].queue, compareEntries)
+	}
+}
+
+// orderEntries interleaves the account queues into the cycle's order.
+func (c *cycle) orderEntries() {
+	c.sel = c.newSelector(&c.in)
+	c.order = make([]*entry, 0, len(c.entries))
+	for {
+		a := c.sel.next()
+		if a < 0 {
+			break
+		}
+		c.order = append(c.order, c.sel.charge(a))
+	}
+	pos := 0
+	for _, e := range c.order {
+		for _, i := range e.jobs {
+			pos++
+			c.out[i].pos = pos
+		}
+	}
+}
+
+// newSelector starts a selector from the scheduling memory in st.
+func (c *cycle) newSelector(st *State) *selector {
+	s := &selector{p: &c.p, as: c.as, capacity: c.total, v0: st.VirtualTime, v: st.VirtualTime}
+	s.rng = rand.New(rand.NewPCG(c.snap.Seed, 0x636f6d7075746562)) // "computeb"
+	for i := range c.as.list {
+		a := &c.as.list[i]
+		a.head, a.charged = 0, 0
+		a.oAlloc, a.oOwn = a.alloc, a.ownAlloc
+		prev := st.Accounts[a.Name]
+		a.finish, a.deficit, a.comp = prev.Finish, prev.Deficit, prev.Compensation
+		if len(a.queue) == 0 {
+			a.deficit = 0 // DRR: an idle queue keeps no credit
+		}
+	}
+	if i := c.as.lookup(st.DRRNext); i >= 0 {
+		s.drr = i
+	}
+	return s
+}
+
+// commit replays the selector over the entries that were placed, so only
+// real dispatches move WFQ tags, DRR deficits and lottery compensation, and
+// stores the result with the decayed usage.
+func (c *cycle) commit() {
+	placedBy := make([][]*entry, len(c.as.list))
+	for _, e := range c.order {
+		if c.out[e.jobs[0]].placed {
+			placedBy[e.acct] = append(placedBy[e.acct], e)
+		}
+	}
+	saved := make([][]*entry, len(c.as.list))
+	for i := range c.as.list {
+		saved[i] = c.as.list[i].queue
+		c.as.list[i].queue = placedBy[i]
+	}
+	s := c.newSelector(&c.in)
+	for i := range c.as.list {
+		// An account with pending work keeps its DRR credit only while it
+		// still has work left after this cycle.
+		if len(saved[i]) == 0 || len(saved[i]) == len(placedBy[i]) {
+			c.as.list[i].deficit = 0
+		} else if c.p.Selection == SelectDRR {
+			c.as.list[i].deficit = c.in.Accounts[c.as.list[i].Name].Deficit
+		}
+	}
+	for {
+		a := s.next()
+		if a < 0 {
+			break
+		}
+		s.charge(a)
+	}
+	for i := range c.as.list {
+		a := &c.as.list[i]
+		as := c.state.Accounts[a.Name]
+		as.Finish, as.Compensation = a.finish, a.comp
+		as.Deficit = a.deficit
+		if len(saved[i]) == len(placedBy[i]) {
+			as.Deficit = 0
+		}
+		if as.UsageAt.IsZero() || c.now.After(as.UsageAt) {
+			as.UsageAt = c.now
+		}
+		if as == (AccountState{UsageAt: as.UsageAt}) && as.Usage == 0 {
+			delete(c.state.Accounts, a.Name)
+			continue
+		}
+		c.state.Accounts[a.Name] = as
+		a.queue = saved[i]
+	}
+	// Forget accounts whose usage has decayed to nothing.
+	for name, as := range c.state.Accounts {
+		if as.Usage < 1e-9 && as.Finish == 0 && as.Deficit == 0 && as.Compensation == 0 {
+			delete(c.state.Accounts, name)
+		}
+	}
+	c.state.VirtualTime = s.v
+	c.state.DRRNext = ""
+	if c.p.Selection == SelectDRR && len(c.as.list) > 0 {
+		d := s.drr
+		if s.full {
+			d = (d + 1) % len(c.as.list)
+		}
+		c.state.DRRNext = c.as.list[d].Name
+	}
+	if c.now.After(c.state.LastNow) {
+		c.state.LastNow = c.now
+	}
+	if len(c.state.Accounts) == 0 {
+		c.state.Accounts = nil
+	}
+}
+
+// place walks the order and places what fits (step 4).
+func (c *cycle) place() {
+	for _, e := range c.order {
+		if rej, ok := c.admit(e); !ok {
+			c.rejectEntry(e, rej)
+			continue
+		}
+		if c.blocked {
+			c.rejectEntry(e, reject("", ReasonBlocked, false, "a higher job is blocked and backfill is off"))
+			continue
+		}
+		rej, ok := c.placeEntry(e)
+		if ok {
+			continue
+		}
+		if rej.Reason == ReasonNoFit || rej.Reason == ReasonGangNoFit {
+			if c.p.NoBackfill {
+				c.blocked = true
+			} else if c.resv == nil && c.resvTries < 8 {
+				c.resvTries++
+				if c.resv = c.reserve(e); c.resv != nil {
+					rej.Reason = ReasonReserved
+					rej.Message = fmt.Sprintf("holds the reservation from %s on %v; %s", c.resv.start.Format(time.RFC3339), c.resv.names, rej.Message)
+				}
+			}
+		}
+		c.rejectEntry(e, rej)
+	}
+}
+
+// admit applies the checks that do not depend on nodes: deadline, gang
+// completeness, quota, share cap.
+func (c *cycle) admit(e *entry) (Rejection, bool) {
+	pend := c.snap.Pending
+	for _, i := range e.jobs {
+		if c.factors[i].DeadlineMiss && c.p.DeadlineAction == DeadlineReject {
+			j := &pend[i]
+			return reject("", ReasonDeadlineInfeasible, true, "deadline %s cannot be met: slack %s", j.Deadline.Format(time.RFC3339), c.factors[i].Slack), false
+		}
+	}
+	if first := &pend[e.jobs[0]]; first.GangID != "" && len(e.jobs) < first.GangSize {
+		return reject("", ReasonGangIncomplete, false, "gang %s: %d of %d members pending", first.GangID, len(e.jobs), first.GangSize), false
+	}
+	for a := e.acct; a >= 0; a = c.as.list[a].parent {
+		ac := &c.as.list[a]
+		for d := range NumDims {
+			q := ac.quota[d]
+			if q == 0 {
+				continue
+			}
+			if e.use[d] > q {
+				return reject("", ReasonQuota, true, "account %s: request %s %d exceeds the quota %d", ac.Name, Dim(d), e.use[d], q), false
+			}
+			if ac.alloc[d]+e.use[d] > q {
+				return reject("", ReasonQuota, false, "account %s: %s %d in use + %d requested > quota %d", ac.Name, Dim(d), ac.alloc[d], e.use[d], q), false
+			}
+		}
+	}
+	if c.p.ShareCap > 0 {
+		ac := &c.as.list[e.acct]
+		if ds := dominantShare(ac.alloc, c.total); ds > c.p.ShareCap*ac.NormShares {
+			return reject("", ReasonOverShare, false, "account %s holds dominant share %.3f > cap %.3g × share %.3f", ac.Name, ds, c.p.ShareCap, ac.NormShares), false
+		}
+	}
+	return Rejection{}, true
+}
+
+func (c *cycle) rejectEntry(e *entry, rej Rejection) {
+	for _, i := range e.jobs {
+		r := rej
+		r.JobID = c.snap.Pending[i].ID
+		c.out[i].set = true
+		c.out[i].rej = r
+	}
+}
+
+// placeEntry places a single job or a whole gang; on failure nothing stays
+// allocated.
+func (c *cycle) placeEntry(e *entry) (Rejection, bool) {
+	mark := len(c.placements)
+	var undo []nodeWork
+	var undoIdx []int
+	for _, i := range e.jobs {
+		j := &c.snap.Pending[i]
+		r := &c.reqs[i]
+		end := c.now.Add(c.p.duration(j))
+		if j.EstDuration == 0 {
+			end = farFuture // unknown duration: never "ends before" a reservation
+		}
+		n, rej := c.findNode(r, c.p.strategyFor(j), end)
+		if n < 0 {
+			c.trial = false
+			// Roll back the members placed so far.
+			for k := len(undo) - 1; k >= 0; k-- {
+				c.nodes[undoIdx[k]] = undo[k]
+				c.ix.update(undoIdx[k], &c.nodes[undoIdx[k]])
+			}
+			for _, pl := range c.placements[mark:] {
+				c.out[pl.ji] = outcome{pos: c.out[pl.ji].pos}
+			}
+			c.placements = c.placements[:mark]
+			if len(e.jobs) > 1 {
+				if !rej.Final {
+					rej.Reason = ReasonGangNoFit
+				}
+				rej.Message = fmt.Sprintf("member %s: %s", j.ID, rej.Message)
+			}
+			return rej, false
+		}
+		if len(e.jobs) > 1 {
+			undo = append(undo, c.nodes[n].clone())
+			undoIdx = append(undoIdx, n)
+			c.trial = true
+		}
+		c.take(i, n, end)
+	}
+	c.trial = false
+	for _, i := range e.jobs {
+		c.addAlloc(c.acctOf[i], c.reqs[i].vec, false)
+	}
+	return Rejection{}, true
+}
+
+var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// take allocates job i on node n.
+func (c *cycle) take(i, n int, end time.Time) {
+	r := &c.reqs[i]
+	nw := &c.nodes[n]
+	var pk picks
+	if c.resv != nil && end.After(c.resv.start) {
+		if rn := c.resv.nodes[n]; rn != nil {
+			v := rn.view(nw)
+			pk = v.pick(r)
+			rn.extra = rn.extra.Sub(r.vec)
+		} else {
+			pk = nw.pick(r)
+		}
+	} else {
+		pk = nw.pick(r)
+	}
+	nw.apply(r, pk)
+	c.ix.update(n, nw)
+	c.placements = append(c.placements, placed{ji: i, node: n, pk: pk, end: end})
+	c.out[i].placed = true
+	c.out[i].node = n
+	c.out[i].set = true
+}
+
+// findNode returns the node for r by strategy s, or -1 and why not.
+func (c *cycle) findNode(r *jobReq, s Strategy, end time.Time) (int, Rejection) {
+	key := r.shape()
+	if rej, ok := c.failShape[key]; ok {
+		return -1, *rej
+	}
+	plain := r.nGPU == 0 && r.nMIG == 0 && r.model == "" && !r.numa && len(r.selector) == 0
+	if plain {
+		for _, v := range c.failVecs {
+			if v.Fits(r.vec) {
+				return -1, *c.analyze(r)
+			}
+		}
+	}
+	long := c.resv != nil && end.After(c.resv.start)
+	fits := func(i int) bool {
+		nw := &c.nodes[i]
+		if !nw.fits(r, c.scratch) {
+			return false
+		}
+		if long {
+			if rn := c.resv.nodes[i]; rn != nil {
+				v := rn.view(nw)
+				return v.fits(r, c.scratch)
+			}
+		}
+		return true
+	}
+	best := -1
+	if s == Balanced {
+		var cands []int
+		c.ix.search(r, WorstFit, fits, func(i int) bool {
+			cands = append(cands, i)
+			return len(cands) >= balancedCandidates
+		})
+		bestScore := 0.0
+		for _, i := range cands {
+			sc := balanceScore(&c.nodes[i], r)
+			if best < 0 || sc < bestScore {
+				best, bestScore = i, sc
+			}
+		}
+	} else {
+		c.ix.search(r, s, fits, func(i int) bool { best = i; return true })
+	}
+	if best >= 0 {
+		return best, Rejection{}
+	}
+	// Blocked only by the reservation?
+	if long {
+		for _, i := range slices.Sorted(maps.Keys(c.resv.nodes)) {
+			if c.nodes[i].fits(r, c.scratch) {
+				rej := reject("", ReasonBackfillBlocked, false, "fits on %s now but would delay %s, reserved from %s", c.nodes[i].node.Name, c.resv.jobID, c.resv.start.Format(time.RFC3339))
+				return -1, rej
+			}
+		}
+	}
+	rej := c.analyze(r)
+	if !c.trial {
+		c.failShape[key] = rej
+		if plain && len(c.failVecs) < 32 {
+			c.failVecs = append(c.failVecs, r.vec)
+		}
+	}
+	return -1, *rej
+}
+
+const balancedCandidates = 16
+
+// balanceScore is the variance of the node's utilisation fractions over its
+// dimensions with capacity, after placing r; lower is more balanced.
+func balanceScore(nw *nodeWork, r *jobReq) float64 {
+	var sum, sq float64
+	n := 0
+	for d := range NumDims {
+		cp := nw.node.Capacity[d]
+		if cp <= 0 {
+			continue
+		}
+		u := float64(cp-nw.free[d]+r.vec[d]) / float64(cp)
+		sum += u
+		sq += u * u
+		n++
+	}
+	if n == 0 {
+		return 0
+	}
+	m := sum / float64(n)
+	return sq/float64(n) - m*m
+}

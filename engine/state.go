@@ -1,0 +1,69 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"time"
+)
+
+// StateVersion is the current State format. Bump it, and add a golden file
+// under testdata, when the JSON form changes.
+const StateVersion = 1
+
+// State is what the engine carries from one cycle to the next. It is plain
+// data: the adapter stores it as JSON (a checkpoint) and passes it back. The
+// zero State is a valid start.
+type State struct {
+	Version  int                     `json:"version"`
+	LastNow  time.Time               `json:"last_now"`           // Snapshot.Now of the cycle that produced it
+	Accounts map[string]AccountState `json:"accounts,omitempty"` // by account name
+	// VirtualTime is the WFQ system virtual time V, in billing-seconds per
+	// share. It only moves forward and never follows a clock.
+	VirtualTime float64 `json:"virtual_time,omitempty"`
+	// DRRNext is the account the next DRR round starts at.
+	DRRNext string `json:"drr_next,omitempty"`
+}
+
+// AccountState is one account's scheduling memory.
+type AccountState struct {
+	// Usage is the decayed usage in billing-seconds as of UsageAt. Decaying it
+	// to t is Usage·2^(−(t−UsageAt)/HalfLife): O(1), no history list.
+	Usage   float64   `json:"usage,omitempty"`
+	UsageAt time.Time `json:"usage_at"`
+	// Finish is the WFQ finish tag of the account's last dispatched job.
+	Finish float64 `json:"finish,omitempty"`
+	// Deficit is the DRR deficit counter, in billing-seconds.
+	Deficit float64 `json:"deficit,omitempty"`
+	// Compensation multiplies the account's lottery tickets until its next
+	// win (1/f after using fraction f of a quantum); 0 means 1.
+	Compensation float64 `json:"compensation,omitempty"`
+}
+
+// Clone returns a deep copy.
+func (s State) Clone() State {
+	s.Accounts = maps.Clone(s.Accounts)
+	return s
+}
+
+// MarshalState encodes s as indented JSON, the checkpoint format.
+func MarshalState(s State) ([]byte, error) {
+	if s.Version == 0 {
+		s.Version = StateVersion
+	}
+	return json.MarshalIndent(s, "", "  ")
+}
+
+// UnmarshalState decodes a checkpoint. A version newer than StateVersion is
+// an error; version 0 (an empty document) is accepted as a fresh State.
+func UnmarshalState(data []byte) (State, error) {
+	var s State
+	if err := json.Unmarshal(data, &s); err != nil {
+		return State{}, fmt.Errorf("engine: state: %w", err)
+	}
+	if s.Version > StateVersion {
+		return State{}, fmt.Errorf("engine: state: version %d is newer than %d", s.Version, StateVersion)
+	}
+	s.Version = StateVersion
+	return s, nil
+}

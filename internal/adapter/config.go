@@ -1,0 +1,297 @@
+package adapter
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the adapter's YAML configuration. Every field has a useful
+// zero value; Load fills the defaults and validates once.
+type Config struct {
+	// Board is the blackboard namespace (default "default").
+	Board string `yaml:"board"`
+	// Redis is a redis:// or unix:// URL. Empty means the embedded server.
+	Redis string `yaml:"redis"`
+	// Embedded is the loopback address the embedded server listens on when
+	// Redis is empty (default 127.0.0.1:6380; port 0 picks a free one).
+	Embedded string `yaml:"embedded"`
+	// Listen is the HTTP address for /healthz, /readyz, /metrics and
+	// /api/v1 (default 127.0.0.1:8377; "off" disables it).
+	Listen string `yaml:"listen"`
+	// OperatorToken guards the write APIs. OperatorTokenEnv names an
+	// environment variable to read it from instead (default
+	// COMPUTEBOARD_OPERATOR_TOKEN). Without a token, writes are refused.
+	OperatorToken    string `yaml:"operator_token"`
+	OperatorTokenEnv string `yaml:"operator_token_env"`
+	// WorkDir holds job output (default .run/jobs next to the config).
+	WorkDir string `yaml:"work_dir"`
+	// Consumer names this adapter in the broker's consumer group (default
+	// hostname-pid).
+	Consumer string `yaml:"consumer"`
+
+	// Templates are operator-approved commands, by name.
+	Templates map[string]Template `yaml:"templates"`
+	// Allowlist holds the absolute paths a request's `command` may name as
+	// argv[0]. Empty means raw commands are refused.
+	Allowlist []string `yaml:"allowlist"`
+
+	Node      NodeConfig      `yaml:"node"`
+	Scheduler SchedulerConfig `yaml:"scheduler"`
+	Telemetry TelemetryConfig `yaml:"telemetry"`
+	Broker    BrokerConfig    `yaml:"broker"`
+	// Accounts sets fair-share shares (default: one account per module,
+	// share 1).
+	Accounts []AccountConfig `yaml:"accounts"`
+
+	dir string // directory of the config file, for relative paths
+}
+
+// Template is an operator-approved command.
+type Template struct {
+	Description string `yaml:"description"`
+	// Command is argv; argv[0] must be an absolute path or resolvable on
+	// PATH at load time.
+	Command []string `yaml:"command"`
+	// AllowArguments lets a request append arguments; ArgumentPattern, if
+	// set, must match every argument in full.
+	AllowArguments  bool   `yaml:"allow_arguments"`
+	ArgumentPattern string `yaml:"argument_pattern"`
+	MaxArguments    int    `yaml:"max_arguments"`
+	// Env is fixed environment; EnvAllow lists the variables a request may
+	// set.
+	Env      map[string]string `yaml:"env"`
+	EnvAllow []string          `yaml:"env_allow"`
+	// Timeout caps the run time (default 1h; a request may ask for less).
+	Timeout Duration `yaml:"timeout"`
+
+	argRE *regexp.Regexp
+}
+
+// NodeConfig sizes the local node. Zero values are discovered.
+type NodeConfig struct {
+	// Name is the node's name (default: the hostname). Two adapters on one
+	// machine need distinct names.
+	Name     string            `yaml:"name"`
+	CPUCores float64           `yaml:"cpu_cores"`
+	MemoryGB float64           `yaml:"memory_gb"`
+	Labels   map[string]string `yaml:"labels"`
+	// StorageGB of scratch space offered to jobs, on StorageTier (default
+	// 0: requests for storage are impossible here; tier default "ssd").
+	StorageGB   float64 `yaml:"storage_gb"`
+	StorageTier string  `yaml:"storage_tier"`
+	// NetworkMbps offered to jobs (default 0: bandwidth requests are
+	// impossible here).
+	NetworkMbps float64 `yaml:"network_mbps"`
+}
+
+func (n NodeConfig) storageTier() string {
+	if n.StorageTier == "" {
+		return "ssd"
+	}
+	return n.StorageTier
+}
+
+// SchedulerConfig tunes the engine loop.
+type SchedulerConfig struct {
+	// Interval between scheduling cycles (default 200ms); a cycle also runs
+	// on every new job and every job end.
+	Interval Duration `yaml:"interval"`
+	// Seed for the engine's randomness (default 1).
+	Seed uint64 `yaml:"seed"`
+	// Policy selects the fair-share algorithm: proportional, lottery, wfq,
+	// drr, drf (default drf).
+	FairShare string `yaml:"fair_share"`
+	// Placement strategy: best-fit, first-fit, worst-fit, balanced,
+	// most-allocated (default best-fit).
+	Placement string `yaml:"placement"`
+}
+
+// TelemetryConfig tunes the metrics publisher.
+type TelemetryConfig struct {
+	// Interval is the longest gap between metrics entries (default 10s);
+	// changes are published sooner.
+	Interval Duration `yaml:"interval"`
+}
+
+// BrokerConfig tunes the inbox.
+type BrokerConfig struct {
+	InboxCapacity    int      `yaml:"inbox_capacity"`
+	LeaseTimeout     Duration `yaml:"lease_timeout"`
+	ClaimIdle        Duration `yaml:"claim_idle"`
+	DeliveryLimit    int      `yaml:"delivery_limit"`
+	ModuleRate       float64  `yaml:"module_rate"`
+	ModuleBurst      int      `yaml:"module_burst"`
+	ModuleMaxWaiting int      `yaml:"module_max_waiting"`
+}
+
+// AccountConfig is one fair-share account.
+type AccountConfig struct {
+	Name   string  `yaml:"name"`
+	Parent string  `yaml:"parent"`
+	Shares float64 `yaml:"shares"`
+}
+
+// Duration is a time.Duration that reads "1s", "250ms" in YAML.
+type Duration time.Duration
+
+// UnmarshalYAML parses a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// LoadConfig reads and validates a YAML file. Unknown keys are errors.
+func LoadConfig(path string, getenv func(string) string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	cfg, err := ParseConfig(b, filepath.Dir(abs), getenv)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig decodes YAML; dir resolves relative paths.
+func ParseConfig(b []byte, dir string, getenv func(string) string) (*Config, error) {
+	var cfg Config
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	cfg.dir = dir
+	if err := cfg.fill(getenv); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+func (c *Config) fill(getenv func(string) string) error {
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	if c.Board == "" {
+		c.Board = "default"
+	}
+	if c.Embedded == "" {
+		c.Embedded = "127.0.0.1:6380"
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8377"
+	}
+	if c.OperatorTokenEnv == "" {
+		c.OperatorTokenEnv = "COMPUTEBOARD_OPERATOR_TOKEN"
+	}
+	if c.OperatorToken == "" {
+		c.OperatorToken = getenv(c.OperatorTokenEnv)
+	}
+	if c.WorkDir == "" {
+		c.WorkDir = filepath.Join(c.dir, ".run", "jobs")
+	} else if !filepath.IsAbs(c.WorkDir) {
+		c.WorkDir = filepath.Join(c.dir, c.WorkDir)
+	}
+	if c.Consumer == "" {
+		h, _ := os.Hostname()
+		c.Consumer = fmt.Sprintf("%s-%d", h, os.Getpid())
+	}
+	if c.Scheduler.Interval == 0 {
+		c.Scheduler.Interval = Duration(200 * time.Millisecond)
+	}
+	if c.Scheduler.Seed == 0 {
+		c.Scheduler.Seed = 1
+	}
+	if c.Telemetry.Interval == 0 {
+		c.Telemetry.Interval = Duration(10 * time.Second)
+	}
+	for i, p := range c.Allowlist {
+		r, err := resolveCommand(p)
+		if err != nil {
+			return fmt.Errorf("allowlist[%d]: %w", i, err)
+		}
+		c.Allowlist[i] = r
+	}
+	for name, t := range c.Templates {
+		if len(t.Command) == 0 {
+			return fmt.Errorf("template %q: command is empty", name)
+		}
+		r, err := resolveCommand(t.Command[0])
+		if err != nil {
+			return fmt.Errorf("template %q: %w", name, err)
+		}
+		t.Command[0] = r
+		if t.ArgumentPattern != "" {
+			re, err := regexp.Compile("^(?:" + t.ArgumentPattern + ")$")
+			if err != nil {
+				return fmt.Errorf("template %q: argument_pattern: %w", name, err)
+			}
+			t.argRE = re
+		}
+		if t.MaxArguments == 0 {
+			t.MaxArguments = 64
+		}
+		if t.Timeout == 0 {
+			t.Timeout = Duration(time.Hour)
+		}
+		c.Templates[name] = t
+	}
+	for _, a := range c.Accounts {
+		if a.Name == "" {
+			return errors.New("accounts: an account has no name")
+		}
+		if a.Shares < 0 {
+			return fmt.Errorf("account %q: negative shares", a.Name)
+		}
+	}
+	return nil
+}
+
+func resolveCommand(p string) (string, error) {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p), nil
+	}
+	if strings.ContainsRune(p, '/') {
+		return "", fmt.Errorf("command %q: use an absolute path or a bare name on PATH", p)
+	}
+	r, err := exec.LookPath(p)
+	if err != nil {
+		return "", fmt.Errorf("command %q: %w", p, err)
+	}
+	return r, nil
+}
+
+// allowed reports whether argv0 is on the allowlist.
+func (c *Config) allowed(argv0 string) bool {
+	if !filepath.IsAbs(argv0) {
+		if r, err := exec.LookPath(argv0); err == nil {
+			argv0 = r
+		}
+	}
+	return slices.Contains(c.Allowlist, filepath.Clean(argv0))
+}

@@ -1,0 +1,786 @@
+package adapter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/computeboard/computeboard/broker"
+	"github.com/computeboard/computeboard/engine"
+	"github.com/computeboard/computeboard/internal/clock"
+	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/wire"
+)
+
+// jobBroker is what the dispatcher needs from the broker (owned here, the
+// consumer, so tests can see the whole seam on one screen).
+type jobBroker interface {
+	Next(ctx context.Context) (*broker.Delivery, error)
+	Accept(ctx context.Context, d *broker.Delivery) (broker.Job, bool, error)
+	Reject(ctx context.Context, d *broker.Delivery, werr *wire.Error) error
+	Transition(ctx context.Context, jobID string, from, to wire.JobStatus, u broker.JobUpdate) (broker.Job, error)
+	ListActive(ctx context.Context) ([]broker.Job, error)
+}
+
+// tracked is one job the dispatcher knows about. Owned by the Run
+// goroutine; readers get copies through snapshot methods under d.mu.
+type tracked struct {
+	rec       broker.Job
+	ej        engine.Job
+	cmd       Command
+	handle    providers.Handle
+	placement engine.Placement
+	started   time.Time
+	explained explainKey // what was last published on the job entry
+	explAt    time.Time
+}
+
+type explainKey struct {
+	reason engine.Code
+	pos    int
+	placed bool
+}
+
+// dispatcher turns accepted jobs into processes: it runs the engine on a
+// snapshot each cycle, applies the plan through the provider (re-checking
+// each placement with a compare-and-set on the job record), polls running
+// jobs and writes every transition back through the broker.
+type dispatcher struct {
+	cfg      *Config
+	br       jobBroker
+	prov     providers.Provider
+	provName string
+	node     engine.Node // capacity; Allocated is computed each cycle
+	policy   engine.Policy
+	accounts []engine.Account
+	clock    clock.Clock
+	log      *slog.Logger
+	notify   func() // telemetry wake-up; never blocks
+
+	incoming chan broker.Job // accepted jobs, from the intake goroutine
+	wake     chan struct{}   // one-slot: run a cycle soon
+
+	cancelMu sync.Mutex
+	cancels  []string // guarded by cancelMu: job IDs whose requests were retracted
+
+	mu      sync.Mutex // guards everything below; held only for in-memory work
+	pending map[string]*tracked
+	running map[string]*tracked
+	ended   []engine.Running // ended since the last cycle, charged to usage once
+	state   engine.State
+	cycle   uint64
+	plan    engine.Plan
+	stats   counters
+}
+
+type counters struct {
+	submitted, completed, failed int
+	waitSum, turnSum             float64
+	waitN, turnN                 int
+	cycles                       int
+	placements                   int
+	lastCycle                    time.Duration
+}
+
+func newDispatcher(cfg *Config, br jobBroker, prov providers.Provider, provName string, node engine.Node, clk clock.Clock, log *slog.Logger, notify func()) *dispatcher {
+	pol := engine.Policy{
+		Selection: engine.Selection(cfg.Scheduler.FairShare),
+		Strategy:  engine.Strategy(cfg.Scheduler.Placement),
+	}
+	var accts []engine.Account
+	for _, a := range cfg.Accounts {
+		accts = append(accts, engine.Account{Name: a.Name, Parent: a.Parent, Shares: a.Shares})
+	}
+	return &dispatcher{
+		cfg: cfg, br: br, prov: prov, provName: provName, node: node, policy: pol, accounts: accts,
+		clock: clk, log: log, notify: notify,
+		incoming: make(chan broker.Job, 1024),
+		wake:     make(chan struct{}, 1),
+		pending:  map[string]*tracked{},
+		running:  map[string]*tracked{},
+	}
+}
+
+func (d *dispatcher) poke() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// OnCancel is the broker's cancellation hook; it must not block.
+func (d *dispatcher) OnCancel(c broker.Cancel) {
+	d.cancelMu.Lock()
+	d.cancels = append(d.cancels, c.JobID)
+	d.cancelMu.Unlock()
+	d.poke()
+}
+
+// Intake takes requests from the broker, makes them durable jobs and hands
+// them to the scheduling loop. It runs until ctx is done.
+func (d *dispatcher) Intake(ctx context.Context) error {
+	for {
+		del, err := d.br.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			d.log.Warn("intake: next", "err", err)
+			if !sleepCtx(ctx, 100*time.Millisecond) {
+				return nil
+			}
+			continue
+		}
+		job, _, err := d.br.Accept(ctx, del)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if !errors.Is(err, broker.ErrLeaseLost) {
+				d.log.Warn("intake: accept", "entry_id", del.EntryID, "err", err)
+			}
+			continue
+		}
+		if job.Status != wire.JobQueued || job.RequestEntryID != del.EntryID {
+			continue // a duplicate idempotency key, or cancelled while accepting
+		}
+		select {
+		case d.incoming <- job:
+			d.poke()
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// Recover loads the jobs left active in Redis: queued ones go back to the
+// pending set; running ones on this node are re-attached through their
+// handle (or ended as lost). It also adopts queued jobs accepted by other
+// adapters, which is how the queued work of a dead adapter is finished.
+func (d *dispatcher) Recover(ctx context.Context) error {
+	jobs, err := d.br.ListActive(ctx)
+	if err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		d.mu.Lock()
+		_, known := d.pending[j.JobID]
+		_, knownR := d.running[j.JobID]
+		d.mu.Unlock()
+		if known || knownR {
+			continue
+		}
+		switch j.Status {
+		case wire.JobQueued:
+			d.addPending(j)
+		case wire.JobRunning:
+			if j.Node != d.node.Name {
+				continue // another adapter's node
+			}
+			d.reattach(ctx, j)
+		}
+	}
+	return nil
+}
+
+func (d *dispatcher) reattach(ctx context.Context, j broker.Job) {
+	t, werr := d.track(j)
+	if werr != nil {
+		_, _ = d.br.Transition(ctx, j.JobID, wire.JobRunning, wire.JobFailed, broker.JobUpdate{
+			Error: &wire.JobError{Code: string(werr.Code), Message: werr.Message}})
+		return
+	}
+	t.handle = providers.Handle{Provider: d.provName, ID: taskID(j.JobID, j.Attempt)}
+	if j.StartedAt != nil {
+		t.started = epochTime(*j.StartedAt)
+	}
+	t.placement = engine.Placement{JobID: j.JobID, Node: d.node.Name, NUMA: -1}
+	d.mu.Lock()
+	d.running[j.JobID] = t
+	d.mu.Unlock()
+	d.log.Info("re-attached running job", "job", j.JobID, "handle", t.handle.String())
+}
+
+// track builds the in-memory view of a job record.
+func (d *dispatcher) track(j broker.Job) (*tracked, *wire.Error) {
+	cmd, werr := d.cfg.Resolve(j.Request)
+	if werr != nil {
+		return nil, werr
+	}
+	sub := epochTime(j.AcceptedAt)
+	if j.SubmittedAt != nil {
+		sub = epochTime(*j.SubmittedAt)
+	}
+	return &tracked{rec: j, ej: engineJob(j, sub, d.cfg), cmd: cmd}, nil
+}
+
+func (d *dispatcher) addPending(j broker.Job) {
+	t, werr := d.track(j)
+	if werr != nil {
+		// The config changed since acceptance (template removed, say).
+		_, err := d.br.Transition(context.Background(), j.JobID, wire.JobQueued, wire.JobFailed, broker.JobUpdate{
+			Error: &wire.JobError{Code: string(werr.Code), Message: werr.Message}})
+		if err != nil {
+			d.log.Warn("fail job", "job", j.JobID, "err", err)
+		}
+		return
+	}
+	d.mu.Lock()
+	if _, ok := d.running[j.JobID]; !ok {
+		if _, ok := d.pending[j.JobID]; !ok {
+			d.pending[j.JobID] = t
+			d.stats.submitted++
+		}
+	}
+	d.mu.Unlock()
+}
+
+// Run is the scheduling loop: a cycle on every wake-up and at least every
+// Scheduler.Interval, plus a rescan of the active jobs every 5 s.
+func (d *dispatcher) Run(ctx context.Context) error {
+	tick := time.NewTicker(d.cfg.Scheduler.Interval.D())
+	defer tick.Stop()
+	rescan := time.NewTicker(5 * time.Second)
+	defer rescan.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		case <-d.wake:
+		case <-rescan.C:
+			if err := d.Recover(ctx); err != nil && ctx.Err() == nil {
+				d.log.Warn("rescan active jobs", "err", err)
+			}
+		}
+		d.step(ctx)
+	}
+}
+
+// step is one pass: take new jobs, apply cancellations, poll running jobs,
+// schedule, start what was placed.
+func (d *dispatcher) step(ctx context.Context) {
+	changed := false
+	for drained := false; !drained; {
+		select {
+		case j := <-d.incoming:
+			d.addPending(j)
+			changed = true
+		default:
+			drained = true
+		}
+	}
+	if d.applyCancels(ctx) {
+		changed = true
+	}
+	if d.pollRunning(ctx) {
+		changed = true
+	}
+	if d.schedule(ctx) {
+		changed = true
+	}
+	if changed {
+		d.notify()
+	}
+}
+
+func (d *dispatcher) applyCancels(ctx context.Context) bool {
+	d.cancelMu.Lock()
+	ids := d.cancels
+	d.cancels = nil
+	d.cancelMu.Unlock()
+	changed := false
+	for _, id := range ids {
+		d.mu.Lock()
+		p, isPending := d.pending[id]
+		r, isRunning := d.running[id]
+		d.mu.Unlock()
+		switch {
+		case isPending:
+			_, err := d.br.Transition(ctx, id, wire.JobQueued, wire.JobCancelled, broker.JobUpdate{
+				Error: &wire.JobError{Code: "cancelled", Message: "request retracted before it started"}})
+			if err != nil && !errors.Is(err, broker.ErrConflict) {
+				d.log.Warn("cancel queued job", "job", id, "err", err)
+				continue
+			}
+			d.mu.Lock()
+			delete(d.pending, p.rec.JobID)
+			d.mu.Unlock()
+			changed = true
+		case isRunning:
+			if err := d.prov.Stop(ctx, r.handle); err != nil {
+				d.log.Warn("stop cancelled job", "job", id, "err", err)
+			}
+			// pollRunning records the cancelled status.
+			changed = true
+		default:
+			// Not ours (yet): the record says cancel_requested; whoever
+			// picks it up sees the retracted request at Transition time.
+			_, _ = d.br.Transition(ctx, id, wire.JobQueued, wire.JobCancelled, broker.JobUpdate{
+				Error: &wire.JobError{Code: "cancelled", Message: "request retracted before it started"}})
+		}
+	}
+	return changed
+}
+
+// pollRunning asks the provider about every running job and records the
+// ones that ended.
+func (d *dispatcher) pollRunning(ctx context.Context) bool {
+	d.mu.Lock()
+	run := slices.Collect(maps.Values(d.running))
+	d.mu.Unlock()
+	changed := false
+	for _, t := range run {
+		st, err := d.prov.Poll(ctx, t.handle)
+		if errors.Is(err, providers.ErrUnknownHandle) {
+			st = providers.Status{State: providers.StateLost, Error: "the provider has no record of this task (adapter restarted before it started?)"}
+		} else if err != nil {
+			d.log.Warn("poll", "job", t.rec.JobID, "err", err)
+			continue
+		}
+		if !st.State.Terminal() {
+			continue
+		}
+		d.finish(ctx, t, st)
+		changed = true
+	}
+	return changed
+}
+
+func (d *dispatcher) finish(ctx context.Context, t *tracked, st providers.Status) {
+	now := d.clock.Now()
+	u := broker.JobUpdate{ExitCode: st.ExitCode, StdoutPath: st.StdoutPath, StderrPath: st.StderrPath}
+	to := wire.JobSucceeded
+	switch st.State {
+	case providers.StateFailed:
+		to = wire.JobFailed
+		code := "exit_status"
+		switch {
+		case st.TimedOut:
+			code = "timeout"
+		case st.ExitCode == nil:
+			code = "killed"
+		}
+		u.Error = &wire.JobError{Code: code, Message: firstNonEmpty(st.Error, exitMessage(st.ExitCode))}
+	case providers.StateCancelled:
+		to = wire.JobCancelled
+		u.Error = &wire.JobError{Code: "cancelled", Message: firstNonEmpty(st.Error, "stopped on request")}
+	case providers.StateLost:
+		to = wire.JobFailed
+		u.Error = &wire.JobError{Code: "lost", Message: firstNonEmpty(st.Error, "the process could no longer be observed")}
+	}
+	retry := to == wire.JobFailed && t.rec.Attempt <= t.rec.Request.MaxRetries && t.rec.Attempt > 0
+	if retry {
+		to = wire.JobQueued
+	}
+	rec, err := d.br.Transition(ctx, t.rec.JobID, wire.JobRunning, to, u)
+	if err != nil && !errors.Is(err, broker.ErrConflict) {
+		d.log.Warn("record job end", "job", t.rec.JobID, "err", err)
+		if rec.JobID == "" {
+			return // try again on the next poll
+		}
+	}
+	d.mu.Lock()
+	delete(d.running, t.rec.JobID)
+	ended := engine.Running{Job: t.ej, Node: t.placement.Node, Started: t.started, Ended: now}
+	d.ended = append(d.ended, ended)
+	switch {
+	case retry:
+		if rec.JobID != "" {
+			t.rec = rec
+		}
+		d.pending[t.rec.JobID] = t
+	case to == wire.JobSucceeded:
+		d.stats.completed++
+	default:
+		d.stats.failed++
+	}
+	if !t.started.IsZero() && !retry {
+		d.stats.turnSum += now.Sub(t.ej.Submitted).Seconds()
+		d.stats.turnN++
+	}
+	d.mu.Unlock()
+	d.log.Info("job ended", "job", t.rec.JobID, "status", to, "exit_code", st.ExitCode)
+}
+
+// schedule runs one engine cycle and applies its placements.
+func (d *dispatcher) schedule(ctx context.Context) bool {
+	d.mu.Lock()
+	if len(d.pending) == 0 && len(d.ended) == 0 {
+		d.mu.Unlock()
+		return false
+	}
+	snap := d.snapshotLocked()
+	st := d.state
+	d.ended = nil
+	d.mu.Unlock()
+
+	begin := time.Now()
+	plan, next := engine.Schedule(st, snap)
+	took := time.Since(begin)
+
+	d.mu.Lock()
+	d.state = next
+	d.plan = plan
+	d.stats.cycles++
+	d.stats.lastCycle = took
+	d.mu.Unlock()
+
+	changed := false
+	for _, p := range plan.Placements {
+		if d.start(ctx, p) {
+			changed = true
+		}
+	}
+	for _, r := range plan.Rejected {
+		if r.Final {
+			d.rejectFinal(ctx, r)
+			changed = true
+		}
+	}
+	return changed
+}
+
+// snapshotLocked builds the engine's input. d.mu is held.
+func (d *dispatcher) snapshotLocked() engine.Snapshot {
+	d.cycle++
+	node := d.node
+	var alloc engine.Resources
+	running := make([]engine.Running, 0, len(d.running)+len(d.ended))
+	for _, id := range slices.Sorted(maps.Keys(d.running)) {
+		t := d.running[id]
+		alloc = alloc.Add(t.ej.Request)
+		running = append(running, engine.Running{Job: t.ej, Node: t.placement.Node, Started: t.started})
+	}
+	running = append(running, d.ended...)
+	node.Allocated = alloc
+	pending := make([]engine.Job, 0, len(d.pending))
+	for _, id := range slices.Sorted(maps.Keys(d.pending)) {
+		pending = append(pending, d.pending[id].ej)
+	}
+	return engine.Snapshot{
+		Now:      d.clock.Now(),
+		Seed:     d.cfg.Scheduler.Seed ^ d.cycle, // derived from the cycle, never the wall clock
+		Policy:   d.policy,
+		Nodes:    []engine.Node{node},
+		Pending:  pending,
+		Running:  running,
+		Accounts: d.accounts,
+	}
+}
+
+// start applies one placement: compare-and-set queued → running (so a job
+// never starts twice, even with several adapters), then the provider.
+func (d *dispatcher) start(ctx context.Context, p engine.Placement) bool {
+	d.mu.Lock()
+	t, ok := d.pending[p.JobID]
+	if ok {
+		delete(d.pending, p.JobID)
+	}
+	d.mu.Unlock()
+	if !ok {
+		return false
+	}
+	rec, err := d.br.Transition(ctx, t.rec.JobID, wire.JobQueued, wire.JobRunning, broker.JobUpdate{Node: p.Node})
+	if err != nil {
+		if !errors.Is(err, broker.ErrConflict) && !errors.Is(err, broker.ErrNotFound) {
+			d.log.Warn("start: transition", "job", t.rec.JobID, "err", err)
+			d.mu.Lock()
+			d.pending[t.rec.JobID] = t // Redis trouble: try again next cycle
+			d.mu.Unlock()
+		}
+		return false // another adapter started it, or it was cancelled
+	}
+	t.rec = rec
+	t.placement = p
+	t.started = d.clock.Now()
+	task := providers.Task{
+		ID:      taskID(rec.JobID, rec.Attempt),
+		Argv:    t.cmd.Argv,
+		Env:     jobEnv(t.cmd.Env, rec),
+		Timeout: t.cmd.Timeout,
+		Payload: rec.Request.Payload,
+		Resources: providers.Resources{
+			CPUCores:    rec.Request.Resources.CPUCores,
+			MemoryBytes: int64(rec.Request.Resources.MemoryGB * (1 << 30)),
+			GPUs:        append(slices.Clone(p.GPUs), p.MIG...),
+		},
+		Labels: map[string]string{"job": rec.JobID, "account": rec.Account, "attempt": strconv.Itoa(rec.Attempt)},
+	}
+	h, err := d.prov.Start(ctx, task)
+	if err != nil {
+		_, terr := d.br.Transition(ctx, rec.JobID, wire.JobRunning, wire.JobFailed, broker.JobUpdate{
+			Error: &wire.JobError{Code: "start_failed", Message: err.Error()}})
+		if terr != nil {
+			d.log.Warn("start: record failure", "job", rec.JobID, "err", terr)
+		}
+		d.mu.Lock()
+		d.stats.failed++
+		d.mu.Unlock()
+		return true
+	}
+	t.handle = h
+	d.mu.Lock()
+	d.running[rec.JobID] = t
+	d.stats.placements++
+	d.stats.waitSum += t.started.Sub(t.ej.Submitted).Seconds()
+	d.stats.waitN++
+	d.mu.Unlock()
+	return true
+}
+
+func (d *dispatcher) rejectFinal(ctx context.Context, r engine.Rejection) {
+	d.mu.Lock()
+	t, ok := d.pending[r.JobID]
+	delete(d.pending, r.JobID)
+	d.mu.Unlock()
+	if !ok {
+		return
+	}
+	to := wire.JobFailed
+	if r.Reason == engine.ReasonDeadlineInfeasible {
+		to = wire.JobExpired
+	}
+	_, err := d.br.Transition(ctx, t.rec.JobID, wire.JobQueued, to, broker.JobUpdate{
+		Error: &wire.JobError{Code: string(r.Reason), Message: r.Message}})
+	if err != nil && !errors.Is(err, broker.ErrConflict) {
+		d.log.Warn("reject job", "job", t.rec.JobID, "err", err)
+	}
+	d.mu.Lock()
+	d.stats.failed++
+	d.mu.Unlock()
+}
+
+// Stats is the telemetry view: a copy taken under d.mu.
+func (d *dispatcher) Stats(inboxDepth int) PoolStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var alloc engine.Resources
+	for _, t := range d.running {
+		alloc = alloc.Add(t.ej.Request)
+	}
+	util := map[string]float64{}
+	for _, dim := range []engine.Dim{engine.DimCPU, engine.DimMemory, engine.DimGPU} {
+		if c := d.node.Capacity[dim]; c > 0 {
+			util[dim.String()] = math.Min(1, float64(alloc[dim])/float64(c))
+		}
+	}
+	s := d.stats
+	avg := func(sum float64, n int) float64 {
+		if n == 0 {
+			return 0
+		}
+		return sum / float64(n)
+	}
+	jobs := wire.JobStatusData{
+		PendingJobs: len(d.pending), RunningJobs: len(d.running),
+		CompletedJobs: s.completed, FailedJobs: s.failed, InboxDepth: inboxDepth,
+		Statistics: wire.JobStatistics{
+			JobsSubmitted: s.submitted, JobsCompleted: s.completed, JobsFailed: s.failed,
+			AverageWaitTime: avg(s.waitSum, s.waitN), AverageTurnaroundTime: avg(s.turnSum, s.turnN),
+		},
+	}
+	return PoolStats{
+		Utilization: util,
+		Jobs:        jobs,
+		Metrics: map[string]float64{
+			"scheduler_cycles":        float64(s.cycles),
+			"scheduler_placements":    float64(s.placements),
+			"scheduler_last_cycle_ms": float64(s.lastCycle.Microseconds()) / 1000,
+			"inbox_depth":             float64(inboxDepth),
+		},
+	}
+}
+
+// Explanations returns the latest plan's explanations by job ID (copy).
+func (d *dispatcher) Explanations() map[string]engine.Explanation {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]engine.Explanation, len(d.plan.Explanations))
+	for _, e := range d.plan.Explanations {
+		out[e.JobID] = e
+	}
+	return out
+}
+
+// PublishExplanations writes changed explanations onto the job records and
+// entries, at most limit per call and at most once per job every minGap, so
+// a deep queue cannot flood Redis. It runs in its own goroutine.
+func (d *dispatcher) PublishExplanations(ctx context.Context, limit int, minGap time.Duration) {
+	now := d.clock.Now()
+	type upd struct {
+		t   *tracked
+		key explainKey
+		e   engine.Explanation
+	}
+	var todo []upd
+	d.mu.Lock()
+	for _, e := range d.plan.Explanations {
+		if len(todo) >= limit {
+			break
+		}
+		t, ok := d.pending[e.JobID]
+		if !ok {
+			continue
+		}
+		k := explainKey{reason: e.Reason, pos: e.Position, placed: e.Placed}
+		if k == t.explained || now.Sub(t.explAt) < minGap {
+			continue
+		}
+		t.explained, t.explAt = k, now
+		todo = append(todo, upd{t, k, e})
+	}
+	d.mu.Unlock()
+	for _, u := range todo {
+		b, err := json.Marshal(ExplanationJSON(u.e))
+		if err != nil {
+			continue
+		}
+		if _, err := d.br.Transition(ctx, u.t.rec.JobID, wire.JobQueued, wire.JobQueued, broker.JobUpdate{Explanation: b}); err != nil &&
+			!errors.Is(err, broker.ErrConflict) && ctx.Err() == nil {
+			d.log.Warn("publish explanation", "job", u.t.rec.JobID, "err", err)
+		}
+	}
+}
+
+// ExplainLoop publishes explanations every second until ctx is done.
+func (d *dispatcher) ExplainLoop(ctx context.Context) error {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			d.PublishExplanations(ctx, 200, 2*time.Second)
+		}
+	}
+}
+
+// Explained is the JSON form of an engine explanation on a job entry.
+type Explained struct {
+	Position     int      `json:"position"`
+	Priority     float64  `json:"priority"`
+	Level        int      `json:"level"`
+	AgeHours     float64  `json:"age_hours"`
+	AgeTerm      float64  `json:"age_term"`
+	FairShare    float64  `json:"fair_share"`
+	Urgency      float64  `json:"deadline_urgency"`
+	SlackSeconds *float64 `json:"slack_seconds"`
+	DeadlineMiss bool     `json:"deadline_miss"`
+	Guaranteed   bool     `json:"guaranteed"`
+	Placed       bool     `json:"placed"`
+	Reason       string   `json:"reason,omitempty"`
+	Message      string   `json:"message,omitempty"`
+	EstStart     *float64 `json:"estimated_start"`
+}
+
+// ExplanationJSON converts an engine explanation for publication.
+func ExplanationJSON(e engine.Explanation) Explained {
+	f := e.Factors
+	out := Explained{
+		Position: e.Position, Priority: round3(e.Priority), Level: f.Level, AgeHours: round3(f.AgeHours),
+		AgeTerm: round3(f.Age), FairShare: round3(f.FairShare), Urgency: round3(f.Urgency),
+		DeadlineMiss: f.DeadlineMiss, Guaranteed: f.Guaranteed, Placed: e.Placed,
+		Reason: string(e.Reason), Message: e.Message,
+	}
+	if f.HasDeadline {
+		s := f.Slack.Seconds()
+		out.SlackSeconds = &s
+	}
+	if !e.EstStart.IsZero() {
+		s := float64(e.EstStart.UnixNano()) / 1e9
+		out.EstStart = &s
+	}
+	return out
+}
+
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+// engineJob converts a job record to the engine's view.
+func engineJob(j broker.Job, submitted time.Time, cfg *Config) engine.Job {
+	r := j.Request.Resources
+	var req engine.Resources
+	req[engine.DimCPU] = int64(math.Ceil(r.CPUCores * 1000))
+	req[engine.DimMemory] = int64(math.Ceil(r.MemoryGB * 1024))
+	req[engine.DimGPU] = int64(r.GPUCount)
+	req[engine.DimGPUMemory] = int64(math.Ceil(r.GPUMemoryGB*1024)) * int64(max(r.GPUCount, 1))
+	if r.GPUMemoryGB == 0 {
+		req[engine.DimGPUMemory] = 0
+	}
+	req[engine.DimNetwork] = int64(math.Ceil(r.NetworkMbps))
+	if r.StorageGB > 0 {
+		tier := r.StorageTier
+		if tier == "" {
+			tier = cfg.Node.storageTier()
+		}
+		if dim, ok := engine.TierDim(tier); ok {
+			req[dim] = int64(math.Ceil(r.StorageGB))
+		}
+	}
+	ej := engine.Job{
+		ID: j.JobID, Account: j.Account, Priority: j.Priority, Submitted: submitted,
+		Request: req, GPUModel: r.GPUModel, MIGProfile: r.MIGProfile, StorageTier: r.StorageTier,
+		NodeSelector: j.Request.NodeSelector, NUMALocal: r.NUMALocal,
+		GangID: j.Request.GangID, GangSize: j.Request.GangSize,
+	}
+	if j.Request.Deadline > 0 {
+		ej.Deadline = epochTime(j.Request.Deadline)
+	}
+	if j.Request.EstimatedDuration > 0 {
+		ej.EstDuration = time.Duration(j.Request.EstimatedDuration * float64(time.Second))
+	}
+	return ej
+}
+
+func taskID(jobID string, attempt int) string { return fmt.Sprintf("%s-%d", jobID, attempt) }
+
+func jobEnv(env map[string]string, rec broker.Job) map[string]string {
+	out := maps.Clone(env)
+	if out == nil {
+		out = map[string]string{}
+	}
+	out["COMPUTEBOARD_JOB_ID"] = rec.JobID
+	out["COMPUTEBOARD_REQUEST_ID"] = rec.RequestEntryID
+	out["COMPUTEBOARD_ATTEMPT"] = strconv.Itoa(rec.Attempt)
+	out["COMPUTEBOARD_ACCOUNT"] = rec.Account
+	return out
+}
+
+func epochTime(s float64) time.Time {
+	sec, frac := math.Modf(s)
+	return time.Unix(int64(sec), int64(frac*1e9))
+}
+
+func exitMessage(code *int) string {
+	if code == nil {
+		return "killed by a signal"
+	}
+	return fmt.Sprintf("exited with status %d", *code)
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,178 @@
+package adapter
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/wire"
+)
+
+// PoolStats is what the publisher reports: a copy, taken by the
+// dispatcher under its own short lock, never under a blackboard lock.
+type PoolStats struct {
+	Utilization map[string]float64 // fractions 0..1 by resource
+	Jobs        wire.JobStatusData
+	Metrics     map[string]float64 // named gauges for compute.metrics
+}
+
+// publisher posts the ComputeMetricsEntry topics on change and on an
+// interval. It runs in its own goroutine and reads a snapshot through
+// stats, so scheduling never waits for it and it never holds a lock while
+// it talks to Redis.
+type publisher struct {
+	store    *blackboard.Store
+	stats    func() PoolStats
+	interval time.Duration
+	logger   *slog.Logger
+	changed  chan struct{} // one-slot wake-up: something changed
+
+	// Owned by the Run goroutine only.
+	lastUtil      map[string]float64
+	lastCounts    [3]int
+	lastPost      time.Time
+	exhausted     bool
+	lastCompleted int
+}
+
+func newPublisher(store *blackboard.Store, stats func() PoolStats, interval time.Duration, logger *slog.Logger) *publisher {
+	return &publisher{store: store, stats: stats, interval: interval, logger: logger,
+		changed: make(chan struct{}, 1), lastCounts: [3]int{-1, -1, -1}}
+}
+
+// Notify asks for a publish soon; it never blocks.
+func (p *publisher) Notify() {
+	select {
+	case p.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Run publishes until ctx is done. Changes are coalesced: at most one
+// publish per 100ms, and at least one per interval.
+func (p *publisher) Run(ctx context.Context) error {
+	tick := time.NewTicker(p.interval)
+	defer tick.Stop()
+	p.step(ctx, true)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			p.step(ctx, true)
+		case <-p.changed:
+			p.step(ctx, false)
+			select { // coalesce bursts of changes
+			case <-ctx.Done():
+				return nil
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// step publishes the entries whose content changed (or all of them when
+// force is set, the interval heartbeat).
+func (p *publisher) step(ctx context.Context, force bool) {
+	s := p.stats()
+	if force || utilMoved(p.lastUtil, s.Utilization, 0.05) {
+		p.postUtilization(ctx, s.Utilization)
+	}
+	counts := [3]int{s.Jobs.PendingJobs, s.Jobs.RunningJobs, s.Jobs.CompletedJobs}
+	if force || counts != p.lastCounts {
+		p.postJobStatus(ctx, s.Jobs)
+		p.lastCounts = counts
+	}
+	if force {
+		p.post(ctx, func() (wire.EntryFields, error) { return wire.MetricsEntryFields(s.Metrics) })
+	}
+}
+
+func (p *publisher) postUtilization(ctx context.Context, util map[string]float64) {
+	id := p.post(ctx, func() (wire.EntryFields, error) { return wire.UtilizationEntryFields(util) })
+	if id == "" {
+		return
+	}
+	p.lastUtil = util
+	peak := wire.MaxUtilization(util)
+	var fire bool
+	p.exhausted, fire = wire.ExhaustionEdge(p.exhausted, peak)
+	if fire {
+		p.emit(ctx, "compute.resource.exhausted", wire.ResourceExhaustedEvent{
+			Utilization: util, MaxUtilization: peak, Threshold: wire.ExhaustionThreshold, EntryID: id})
+	}
+}
+
+func (p *publisher) postJobStatus(ctx context.Context, js wire.JobStatusData) {
+	id := p.post(ctx, func() (wire.EntryFields, error) { return wire.JobStatusEntryFields(js) })
+	if id == "" {
+		return
+	}
+	if js.CompletedJobs > p.lastCompleted {
+		p.emit(ctx, "compute.job.completed", wire.JobCompletedEvent{
+			CompletedCount: js.CompletedJobs - p.lastCompleted, TotalCompleted: js.CompletedJobs, EntryID: id})
+	}
+	p.lastCompleted = js.CompletedJobs
+}
+
+// post writes one telemetry entry; it returns the entry id, or "" after
+// logging a failure (telemetry never stops the adapter).
+func (p *publisher) post(ctx context.Context, build func() (wire.EntryFields, error)) string {
+	f, err := build()
+	if err != nil {
+		p.logger.Error("telemetry: build entry", "err", err)
+		return ""
+	}
+	e := toEntry(f)
+	id, err := p.store.Post(ctx, e)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.logger.Warn("telemetry: post", "topic", f.Topic, "err", err)
+		}
+		return ""
+	}
+	return id
+}
+
+func (p *publisher) emit(ctx context.Context, typ string, payload any) {
+	b, err := json.Marshal(payload)
+	if err != nil {
+		p.logger.Error("telemetry: encode event", "type", typ, "err", err)
+		return
+	}
+	if _, err := p.store.Emit(ctx, blackboard.Event{Type: typ, Source: sourceCompute, Payload: b}); err != nil && ctx.Err() == nil {
+		p.logger.Warn("telemetry: emit", "type", typ, "err", err)
+	}
+}
+
+// sourceCompute is the adapter's module name on the blackboard.
+const sourceCompute = "compute"
+
+func toEntry(f wire.EntryFields) *blackboard.Entry {
+	e := blackboard.NewEntry(f.Topic, sourceCompute, f.Data)
+	e.Metadata = f.Metadata
+	e.Priority = blackboard.Priority(f.Priority)
+	e.Confidence = f.Confidence
+	ttl := f.TTLSeconds
+	e.TTLSeconds = &ttl
+	e.Tags = f.Tags
+	return e
+}
+
+// utilMoved reports whether any resource moved by at least eps (or the key
+// set changed), as the original adapter's change detection did.
+func utilMoved(old, cur map[string]float64, eps float64) bool {
+	if old == nil || len(old) != len(cur) {
+		return true
+	}
+	for k, v := range cur {
+		o, ok := old[k]
+		if !ok || math.Abs(o-v) >= eps {
+			return true
+		}
+	}
+	return false
+}

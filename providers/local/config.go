@@ -1,0 +1,85 @@
+package local
+
+import (
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Clock tells the time; internal/clock's Real and Fake satisfy it.
+type Clock interface {
+	Now() time.Time
+}
+
+// Config configures a Provider. The zero value of every field but WorkDir
+// is useful.
+type Config struct {
+	// Name is stamped on every Handle (default "local"). Give each local
+	// provider in one adapter its own name.
+	Name string
+	// WorkDir holds one directory per task, <WorkDir>/<task id>. Required;
+	// created if missing. The provider never removes task directories:
+	// retention is the adapter's job.
+	WorkDir string
+	// Env is the environment every task starts from, before Task.Env. Nil
+	// means empty: this package never reads the adapter's own environment,
+	// so the adapter passes PATH, HOME, LANG and the like explicitly.
+	Env map[string]string
+	// Logger gets debug lines when tasks start and end, and the warnings
+	// nobody can return to (default: discard).
+	Logger *slog.Logger
+	// Clock stamps StartedAt and FinishedAt (default: the wall clock).
+	// Timeout and KillGrace are measured by real timers, not by Clock.
+	Clock Clock
+	// KillGrace is how long a task's processes get between SIGTERM and
+	// SIGKILL when it is stopped or times out (default 5s).
+	KillGrace time.Duration
+	// MaxConcurrent caps the tasks running at once; beyond it Start returns
+	// providers.ErrAtCapacity (default 0: no cap).
+	MaxConcurrent int
+}
+
+// withDefaults returns cfg with defaults filled in, or why it is invalid.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.Name == "" {
+		cfg.Name = "local"
+	}
+	if cfg.WorkDir == "" {
+		return cfg, fmt.Errorf("local: config: WorkDir is required")
+	}
+	dir, err := filepath.Abs(cfg.WorkDir)
+	if err != nil {
+		return cfg, fmt.Errorf("local: config: WorkDir: %w", err)
+	}
+	cfg.WorkDir = dir
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return cfg, fmt.Errorf("local: config: %w", err)
+	}
+	cfg.Env = maps.Clone(cfg.Env)
+	if err := checkEnv(cfg.Env); err != nil {
+		return cfg, fmt.Errorf("local: config: Env: %w", err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = wallClock{}
+	}
+	switch {
+	case cfg.KillGrace < 0:
+		return cfg, fmt.Errorf("local: config: negative KillGrace %v", cfg.KillGrace)
+	case cfg.KillGrace == 0:
+		cfg.KillGrace = 5 * time.Second
+	}
+	if cfg.MaxConcurrent < 0 {
+		return cfg, fmt.Errorf("local: config: negative MaxConcurrent %d", cfg.MaxConcurrent)
+	}
+	return cfg, nil
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }

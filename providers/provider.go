@@ -1,0 +1,124 @@
+package providers
+
+import (
+	"context"
+	"time"
+)
+
+// Provider runs tasks on one kind of backend. Implementations are safe for
+// concurrent use. Each one declares var _ providers.Provider = (*Provider)(nil).
+type Provider interface {
+	// Start launches t and returns without waiting for it to end. ctx bounds
+	// the launch only, never the task's life; a task runs until it exits,
+	// its Timeout passes, or Stop is called. A Task.ID may be started only
+	// once per provider: retries use a new ID.
+	Start(ctx context.Context, t Task) (Handle, error)
+
+	// Poll reports the task's current Status. It returns ErrUnknownHandle
+	// when the provider has no record of h; a task it knows about but can
+	// no longer observe is reported as StateLost, not as an error.
+	Poll(ctx context.Context, h Handle) (Status, error)
+
+	// Stop cancels the task and waits, bounded by ctx, for it to end; after
+	// a nil return Poll reports a terminal state, StateCancelled unless the
+	// task had already finished. Stopping a finished, cancelled or lost task
+	// is a no-op, so Stop may be called any number of times.
+	Stop(ctx context.Context, h Handle) error
+}
+
+// Task is one attempt at running a job: plain data, filled in by the
+// adapter from a plan placement. Nothing here is a shell string.
+type Task struct {
+	// ID names the attempt; unique per provider, [A-Za-z0-9._-], at most
+	// 128 bytes, starting with a letter or digit (a job ID plus attempt
+	// number fits).
+	ID string
+	// Argv is the command. Argv[0] is an absolute path the caller resolved
+	// from an operator template or allowlist; it is never looked up on PATH
+	// and never passed to a shell.
+	Argv []string
+	// Env is the task's environment, laid over the provider's base
+	// environment. Providers add COMPUTEBOARD_PAYLOAD (see Payload).
+	Env map[string]string
+	// Dir is the working directory, an absolute path; empty means a
+	// provider-chosen per-task directory.
+	Dir string
+	// Resources is what the placement reserved for the task.
+	Resources Resources
+	// Timeout bounds the run time from Start; zero means none. A task that
+	// runs past it is stopped and reported failed with TimedOut set.
+	Timeout time.Duration
+	// Payload is written to a file whose path the task finds in the
+	// environment variable COMPUTEBOARD_PAYLOAD (the file exists, possibly
+	// empty, for every task).
+	Payload []byte
+	// Labels are opaque key/values recorded with the task (job, account,
+	// attempt, ...), for operators and for backends that index by label.
+	Labels map[string]string
+}
+
+// PayloadEnv is the environment variable that holds the payload file's path.
+const PayloadEnv = "COMPUTEBOARD_PAYLOAD"
+
+// Resources is a task's reservation. Whether it is enforced depends on the
+// provider (the local provider does not yet enforce CPU or memory).
+type Resources struct {
+	CPUCores    float64  // fractional cores
+	MemoryBytes int64    // bytes
+	GPUs        []string // device IDs (index or UUID, MIG UUIDs included)
+}
+
+// Handle names a started task. It is a plain value that survives JSON and
+// an adapter restart: a new provider instance given an old Handle re-attaches
+// to the task or reports it lost.
+type Handle struct {
+	Provider string `json:"provider"` // the provider's configured name
+	ID       string `json:"id"`       // provider-specific; the task ID for local
+}
+
+// String returns "provider/id", for logs.
+func (h Handle) String() string { return h.Provider + "/" + h.ID }
+
+// State is where a task is in its life. Terminal states never change.
+type State string
+
+// The task states.
+const (
+	StatePending   State = "pending"   // accepted, not yet running (queued in the backend)
+	StateRunning   State = "running"   // running, or suspended (see Status.Suspended)
+	StateSucceeded State = "succeeded" // exited with code 0
+	StateFailed    State = "failed"    // non-zero exit, killed by a signal, timed out, or could not run
+	StateCancelled State = "cancelled" // ended because Stop was called
+	StateLost      State = "lost"      // the provider can no longer tell what happened to it
+)
+
+// Terminal reports whether s is a final state.
+func (s State) Terminal() bool {
+	switch s {
+	case StateSucceeded, StateFailed, StateCancelled, StateLost:
+		return true
+	}
+	return false
+}
+
+// Status is a task's observed state, as of one Poll.
+type Status struct {
+	State State `json:"state"`
+	// ExitCode is set when the process exited on its own terms (including
+	// after a stop request it handled); nil when it was killed by a signal,
+	// is still running, or is lost.
+	ExitCode *int `json:"exit_code,omitempty"`
+	// Error explains a failed, cancelled or lost task in words, for people.
+	Error string `json:"error,omitempty"`
+	// TimedOut is set when the task was stopped for running past its
+	// Timeout; State is then StateFailed.
+	TimedOut bool `json:"timed_out,omitempty"`
+	// Suspended is set while a running task is paused by a Suspender.
+	Suspended  bool      `json:"suspended,omitempty"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// StdoutPath and StderrPath locate the captured output, in the
+	// provider's namespace (a local path for the local provider).
+	StdoutPath string `json:"stdout_path,omitempty"`
+	StderrPath string `json:"stderr_path,omitempty"`
+}

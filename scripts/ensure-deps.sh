@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what the tests need when it is missing: redis-server and the
+# Python redis client (python3-redis, used by the interop tests through
+# /usr/bin/python3). Uses apt-get when run as root (or with sudo).
+set -euo pipefail
+
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+/usr/bin/python3 -c 'import redis' >/dev/null 2>&1 || need+=(python3 python3-redis)
+
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+    echo "missing: ${need[*]} — install them with: apt-get install -y ${need[*]}" >&2
+    exit 1
+  fi
+fi
+echo "installing: ${need[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq "${need[@]}" >/dev/null
