@@ -80,4 +80,3 @@ func (w *rateWindow) perSecond() float64 {
 	}
 	return float64(sum) / float64(rateSpan)
 }
-

@@ -43,8 +43,8 @@ type Held struct {
 	MessageID    string        `json:"message_id"`
 	Arrived      time.Time     `json:"arrived"`
 	AgeSeconds   float64       `json:"age_seconds"`
-	Deliveries   int           `json:"deliveries"`
-	Leased       bool          `json:"leased"` // handed out to the adapter, not yet accepted
+	Deliveries   int           `json:"deliveries"` // hand-outs so far, counting deliveries before this broker read it
+	Leased       bool          `json:"leased"`     // handed out to the adapter, not yet accepted
 	LeaseExpires *time.Time    `json:"lease_expires,omitempty"`
 	Request      *wire.Request `json:"request,omitempty"` // Show only
 }

@@ -354,6 +354,7 @@ type nodeIndex struct {
 	models  map[string]int
 	mprof   map[string]int
 	heap    []searchItem
+	pops, leaves, searches int
 }
 
 const (
@@ -543,6 +544,7 @@ func (ix *nodeIndex) search(r *jobReq, s Strategy, fits func(i int) bool, visit 
 	if !ok {
 		return
 	}
+	ix.searches++
 	h := ix.heap[:0]
 	push := func(t int) {
 		if ix.feat[t]&need != need || !r.vec.Fits(ix.maxFree[t]) {
@@ -587,9 +589,11 @@ func (ix *nodeIndex) search(r *jobReq, s Strategy, fits func(i int) bool, visit 
 	}
 	push(1)
 	for len(h) > 0 {
+		ix.pops++
 		it := pop()
 		t := it.t & (1<<32 - 1)
 		if t >= ix.size {
+			ix.leaves++
 			i := t - ix.size
 			if fits(i) && visit(i) {
 				break

@@ -45,9 +45,13 @@ func (c *cycle) explain() {
 		resvStart = c.resv.start
 		c.plan.Reservation = &Reservation{JobID: c.resv.jobID, Start: c.resv.start, Nodes: c.resv.names}
 	}
+	resvPos := 0
+	if c.resv != nil {
+		resvPos = c.posOf(c.resv.jobID)
+	}
 	for _, pl := range c.placements {
 		p := c.nodes[pl.node].placement(pend[pl.ji].ID, pl.pk)
-		p.Backfilled = c.resv != nil && c.out[pl.ji].pos > c.posOf(c.resv.jobID)
+		p.Backfilled = c.resv != nil && c.out[pl.ji].pos > resvPos
 		c.plan.Placements = append(c.plan.Placements, p)
 	}
 	// Jobs in order position; jobs outside the order (invalid) last, in input order.

@@ -35,6 +35,9 @@ func Schedule(st State, snap Snapshot) (Plan, State) {
 	c.place()
 	c.explain()
 	c.commit()
+	if debugStats {
+		fmt.Printf("searches %d pops %d leaves %d placed %d\n", c.ix.searches, c.ix.pops, c.ix.leaves, len(c.placements))
+	}
 	return c.plan, c.state
 }
 
@@ -568,6 +571,8 @@ func (c *cycle) placeEntry(e *entry) (Rejection, bool) {
 	}
 	return Rejection{}, true
 }
+
+var debugStats = true
 
 var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
