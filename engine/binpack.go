@@ -343,17 +343,17 @@ func (nw *nodeWork) placement(id string, pk picks) Placement {
 // request or cannot beat the best node found, so a decision costs O(log N)
 // typical instead of a scan of all nodes.
 type nodeIndex struct {
-	size    int // leaves (power of two)
-	maxFree []Resources
-	minS    []float64
-	maxS    []float64
-	maxU    []float64
-	feat    []uint64
-	scale   [NumDims]float64 // 1/largest capacity per dimension
-	ucount  []float64        // per node: 1/number of dimensions with capacity
-	models  map[string]int
-	mprof   map[string]int
-	heap    []searchItem
+	size                   int // leaves (power of two)
+	maxFree                []Resources
+	minS                   []float64
+	maxS                   []float64
+	maxU                   []float64
+	feat                   []uint64
+	scale                  [NumDims]float64 // 1/largest capacity per dimension
+	ucount                 []float64        // per node: 1/number of dimensions with capacity
+	models                 map[string]int
+	mprof                  map[string]int
+	heap                   []searchItem
 	pops, leaves, searches int
 }
 
@@ -535,27 +535,40 @@ func (ix *nodeIndex) bound(t int, s Strategy) float64 {
 	}
 }
 
-// search calls accept for fitting leaves in strategy order (best first,
-// ties by node index) until accept returns true or k leaves were accepted
-// by returning false... It stops when accept returns true. prune(t) may
-// reject whole subtrees. It returns the node index accepted last, or -1.
+// Search budgets. A best-first descent is exact but can wander when the
+// nodes with the best keys are the ones that do not fit (best-fit and
+// most-allocated prefer nearly full nodes); after searchBudget tree steps the
+// search falls back to the best of the first fallbackCandidates fitting
+// nodes in index order, found by a pruned depth-first walk.
+const (
+	searchBudget       = 256
+	fallbackCandidates = 16
+)
+
+// search calls visit for fitting leaves in strategy order (best key first,
+// ties by node index) until visit returns true. fits is the exact check of
+// one node. When the budget runs out, the remaining visits come from the
+// fallback candidates, best key first.
 func (ix *nodeIndex) search(r *jobReq, s Strategy, fits func(i int) bool, visit func(i int) bool) {
 	need, ok := ix.need(r)
 	if !ok {
 		return
 	}
 	ix.searches++
+	if s == FirstFit {
+		ix.walk(r, need, fits, visit)
+		return
+	}
 	h := ix.heap[:0]
+	defer func() { ix.heap = h[:0] }()
+	prune := func(t int) bool { return ix.feat[t]&need != need || !r.vec.Fits(ix.maxFree[t]) }
 	push := func(t int) {
-		if ix.feat[t]&need != need || !r.vec.Fits(ix.maxFree[t]) {
+		if prune(t) {
 			return
 		}
-		// Tie-break by position: shift t to its leftmost leaf so that
-		// comparing items compares node order.
-		it := searchItem{ix.bound(t, s), leftmost(t, ix.size)}
-		it.t = t | it.t<<32
+		// Items compare by bound, then by leftmost leaf (node order).
+		it := searchItem{ix.bound(t, s), t | leftmost(t, ix.size)<<32}
 		h = append(h, it)
-		// sift up
 		for c := len(h) - 1; c > 0; {
 			p := (c - 1) / 2
 			if !lessItem(h[c], h[p]) {
@@ -588,7 +601,24 @@ func (ix *nodeIndex) search(r *jobReq, s Strategy, fits func(i int) bool, visit 
 		return top
 	}
 	push(1)
-	for len(h) > 0 {
+	for steps := 0; len(h) > 0; steps++ {
+		if steps == searchBudget {
+			// Fall back: the best of the first fitting nodes in index order.
+			var cands []int
+			ix.walk(r, need, fits, func(i int) bool {
+				cands = append(cands, i)
+				return len(cands) >= fallbackCandidates
+			})
+			slices.SortStableFunc(cands, func(a, b int) int {
+				return cmp.Compare(ix.bound(ix.size+a, s), ix.bound(ix.size+b, s))
+			})
+			for _, i := range cands {
+				if visit(i) {
+					return
+				}
+			}
+			return
+		}
 		ix.pops++
 		it := pop()
 		t := it.t & (1<<32 - 1)
@@ -596,14 +626,40 @@ func (ix *nodeIndex) search(r *jobReq, s Strategy, fits func(i int) bool, visit 
 			ix.leaves++
 			i := t - ix.size
 			if fits(i) && visit(i) {
-				break
+				return
 			}
 			continue
 		}
 		push(2 * t)
 		push(2*t + 1)
 	}
-	ix.heap = h[:0]
+}
+
+// walk visits fitting leaves in index order (a depth-first walk that skips
+// every subtree without the features or the room), until visit returns true.
+func (ix *nodeIndex) walk(r *jobReq, need uint64, fits func(int) bool, visit func(int) bool) {
+	var stack [64]int
+	sp := 0
+	stack[sp] = 1
+	sp++
+	for sp > 0 {
+		sp--
+		t := stack[sp]
+		ix.pops++
+		if ix.feat[t]&need != need || !r.vec.Fits(ix.maxFree[t]) {
+			continue
+		}
+		if t >= ix.size {
+			ix.leaves++
+			if i := t - ix.size; fits(i) && visit(i) {
+				return
+			}
+			continue
+		}
+		stack[sp] = 2*t + 1
+		stack[sp+1] = 2 * t
+		sp += 2
+	}
 }
 
 // leftmost returns the leaf position of the leftmost leaf under t.
