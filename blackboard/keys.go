@@ -55,14 +55,23 @@ func (k Keys) All() string { return k.prefix + ":all" } // ZSET
 // Expiry holds ACTIVE entries with a TTL: score timestamp + ttl.
 func (k Keys) Expiry() string { return k.prefix + ":expiry" } // ZSET
 
+// Retire holds entries in status expired that the sweeper will remove:
+// score expired_at + Retention (only while Retention >= 0).
+func (k Keys) Retire() string { return k.prefix + ":retire" } // ZSET
+
 // Events is the lifecycle and module event stream (approximately capped).
 func (k Keys) Events() string { return k.prefix + ":events" } // STREAM
 
 // Modules maps module name to ModuleInfo JSON.
 func (k Keys) Modules() string { return k.prefix + ":modules" } // HASH
 
-// Stats holds the counters total_posted, total_removed, total_evicted, total_expired.
+// Stats holds the counters total_posted, total_removed, total_evicted,
+// total_expired, total_retired.
 func (k Keys) Stats() string { return k.prefix + ":stats" } // HASH
+
+// Adapters maps compute adapter node name to its JSON heartbeat (written by
+// the adapter).
+func (k Keys) Adapters() string { return k.prefix + ":adapters" } // HASH
 
 // Inbox is intake lane 0..NumLanes-1 for compute.request entries (never trimmed).
 func (k Keys) Inbox(lane int) string { return k.prefix + ":inbox:compute:p" + strconv.Itoa(lane) } // STREAM
@@ -80,7 +89,8 @@ func (k Keys) JobsIdem() string { return k.prefix + ":jobs:idem" } // HASH
 func (k Keys) JobsActive() string { return k.prefix + ":jobs:active" } // ZSET
 
 // common is the board-wide key list that post.lua and supersede.lua take as
-// KEYS[1..19]: topics, all, expiry, events, stats, prio 0..3, inbox 0..9.
+// KEYS[1..20]: topics, all, expiry, events, stats, prio 0..3, inbox 0..9,
+// retire.
 func (k Keys) common() []string {
 	keys := []string{k.Topics(), k.All(), k.Expiry(), k.Events(), k.Stats()}
 	for p := Low; p <= Critical; p++ {
@@ -89,7 +99,7 @@ func (k Keys) common() []string {
 	for lane := range NumLanes {
 		keys = append(keys, k.Inbox(lane))
 	}
-	return keys
+	return append(keys, k.Retire())
 }
 
 // prios returns P:prio:0 .. P:prio:3.

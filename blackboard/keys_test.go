@@ -13,9 +13,11 @@ func TestKeys(t *testing.T) {
 		"prio":        {k.Prio(Critical), "asi:bb:{b1}:prio:3"},
 		"all":         {k.All(), "asi:bb:{b1}:all"},
 		"expiry":      {k.Expiry(), "asi:bb:{b1}:expiry"},
+		"retire":      {k.Retire(), "asi:bb:{b1}:retire"},
 		"events":      {k.Events(), "asi:bb:{b1}:events"},
 		"modules":     {k.Modules(), "asi:bb:{b1}:modules"},
 		"stats":       {k.Stats(), "asi:bb:{b1}:stats"},
+		"adapters":    {k.Adapters(), "asi:bb:{b1}:adapters"},
 		"inbox":       {k.Inbox(7), "asi:bb:{b1}:inbox:compute:p7"},
 		"dlq":         {k.DLQ(), "asi:bb:{b1}:inbox:compute:dlq"},
 		"job":         {k.Job("j1"), "asi:bb:{b1}:job:j1"},
@@ -29,8 +31,8 @@ func TestKeys(t *testing.T) {
 			}
 		})
 	}
-	if got := len(k.common()); got != 19 {
-		t.Errorf("len(common()) = %d, want 19 (post.lua KEYS[1..19])", got)
+	if got := k.common(); len(got) != 20 || got[19] != k.Retire() {
+		t.Errorf("common() = %v, want 20 keys ending in P:retire (post.lua KEYS[1..20])", got)
 	}
 	if k.owns("asi:bb:{b2}:inbox:compute:p1") || !k.owns(k.Inbox(1)) {
 		t.Error("owns() does not tell the board's keys from another board's")

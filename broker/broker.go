@@ -240,7 +240,7 @@ func (b *Broker) Next(ctx context.Context) (*Delivery, error) {
 		d.lease, d.Deliveries = l, it.Deliveries
 		ok, err := b.handOff(ctx, &d)
 		if err != nil {
-			_ = b.inbox.Nack(l)
+			_ = b.inbox.Return(l)
 			return nil, fmt.Errorf("broker: next %s: %w", d.EntryID, err)
 		}
 		if ok {

@@ -89,9 +89,9 @@ func TestAcceptAndTransition(t *testing.T) {
 func TestAcceptCrashBetweenSteps(t *testing.T) {
 	tests := map[string]struct {
 		steps       int  // Accept steps the first broker completes before dying
-		wantHandOff bool // the second broker hands it to its adapter
+		wantCreated bool // the second broker's Accept creates the record
 	}{
-		"crash after hand-off": {steps: 0, wantHandOff: true},
+		"crash after hand-off": {steps: 0, wantCreated: true},
 		"crash after record":   {steps: 1},
 		"crash after entry":    {steps: 2},
 	}
@@ -122,18 +122,15 @@ func TestAcceptCrashBetweenSteps(t *testing.T) {
 			if err != nil || n != 1 {
 				t.Fatalf("reclaim = %d, %v", n, err)
 			}
-			created := false
-			if tc.wantHandOff {
-				d2 := next(t, b)
-				if d2.Deliveries != 2 {
-					t.Errorf("deliveries %d, want 2", d2.Deliveries)
-				}
-				_, created = accept(t, b, d2)
-			} else if b.Inbox().Len() != 0 {
-				t.Fatalf("resumed request was queued again")
+			// The job was never seen by an adapter: it is handed out again,
+			// and Accept completes the remaining steps.
+			d2 := next(t, b)
+			if d2.Deliveries != 2 {
+				t.Errorf("deliveries %d, want 2", d2.Deliveries)
 			}
-			if created != tc.wantHandOff {
-				t.Errorf("created %v", created)
+			j, created := accept(t, b, d2)
+			if created != tc.wantCreated || j.Status != wire.JobQueued || j.RequestEntryID != id {
+				t.Errorf("Accept = %+v, created %v", j, created)
 			}
 			if l, p := bd.laneTotals(t); l != 0 || p != 0 {
 				t.Errorf("lanes hold %d, %d pending", l, p)
@@ -156,6 +153,72 @@ func TestAcceptCrashBetweenSteps(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestResumeAfterCrash: a request redelivered after its first broker died
+// mid-way is finished without bothering an adapter when an earlier decision
+// already settled it.
+func TestResumeAfterCrash(t *testing.T) {
+	t.Run("job already started", func(t *testing.T) {
+		bd := newBoard(t)
+		ctx := t.Context()
+		cfg := Config{ClaimIdle: 10 * time.Millisecond}
+		a := bd.broker(t, withConsumer(cfg, "a"))
+		id := bd.post(t, "m", okData)
+		feed(t, a)
+		d := next(t, a)
+		j, _, err := a.acceptRecord(ctx, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, JobUpdate{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		b := bd.broker(t, withConsumer(cfg, "b"))
+		if n, err := b.reclaimStep(ctx); err != nil || n != 1 {
+			t.Fatalf("reclaim = %d, %v", n, err)
+		}
+		if b.Inbox().Len() != 0 {
+			t.Fatal("a started job was handed out again")
+		}
+		if st := bd.entryStatus(t, id); st != blackboard.StatusConsumed {
+			t.Errorf("request %s", st)
+		}
+		if l, p := bd.laneTotals(t); l != 0 || p != 0 {
+			t.Errorf("lanes hold %d, %d pending", l, p)
+		}
+	})
+	t.Run("refusal half done", func(t *testing.T) {
+		bd := newBoard(t)
+		ctx := t.Context()
+		cfg := Config{ClaimIdle: 10 * time.Millisecond, Check: func(wire.Request) *wire.Error {
+			return &wire.Error{Code: wire.CodeImpossibleRequest, Message: "no such GPU"}
+		}}
+		a := bd.broker(t, withConsumer(cfg, "a"))
+		id := bd.post(t, "m", okData)
+		if _, err := a.readNew(ctx, 10); err != nil { // read, then die before deciding
+			t.Fatal(err)
+		}
+		// The first decision got as far as the job entry.
+		jd := wire.RejectedJob(wire.EntryInfo{ID: id, SourceModule: "m"},
+			&wire.Error{Code: wire.CodeRateLimited, Message: "over rate"}, 1)
+		if _, err := a.putJobEntry(ctx, jd); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		b := bd.broker(t, withConsumer(cfg, "b"))
+		if _, err := b.reclaimStep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		dls := bd.deadLetters(t)
+		if len(dls) != 1 || dls[0].Code != string(wire.CodeRateLimited) {
+			t.Fatalf("dead letters %+v (the first decision must stand)", dls)
+		}
+		if l, p := bd.laneTotals(t); l != 0 || p != 0 {
+			t.Errorf("lanes hold %d, %d pending", l, p)
+		}
+	})
 }
 
 func TestDuplicateIdempotencyKey(t *testing.T) {

@@ -275,8 +275,12 @@ func (b *Broker) ingestOne(ctx context.Context, m message) error {
 			Message: fmt.Sprintf("delivered %d times (limit %d)", m.deliveries, b.cfg.DeliveryLimit)})
 	}
 	if m.deliveries > 1 {
-		if done, err := b.resume(ctx, d, werr == nil); done || err != nil {
+		handOff, done, err := b.resume(ctx, d, werr == nil)
+		if done || err != nil {
 			return err
+		}
+		if handOff { // accepted already: no checks, no limits
+			return b.push(ctx, d, m, now)
 		}
 	}
 	if werr != nil {
@@ -295,6 +299,11 @@ func (b *Broker) ingestOne(ctx context.Context, m message) error {
 			return b.deadLetter(ctx, d, ReasonRejected, werr)
 		}
 	}
+	return b.push(ctx, d, m, now)
+}
+
+// push queues a decoded request in the inbox.
+func (b *Broker) push(ctx context.Context, d *Delivery, m message, now time.Time) error {
 	err := b.inbox.Push(Item{
 		ID: d.EntryID, Module: d.Module, Priority: d.Priority, Deadline: d.Deadline,
 		Arrived: now, Deliveries: m.deliveries - 1, Value: d,
@@ -362,37 +371,45 @@ func entryInfo(e blackboard.Entry) wire.EntryInfo {
 }
 
 // resume finishes, for a redelivered message, whatever an earlier delivery
-// decided but did not complete (a crash between steps): an accepted job
-// (record exists) or a rejection, expiry or cancellation (job entry
-// exists). done reports that the message needs nothing more.
-func (b *Broker) resume(ctx context.Context, d *Delivery, decoded bool) (done bool, err error) {
+// decided but did not complete (a crash between steps). A job record of
+// this request that is still queued means an Accept was interrupted before
+// any adapter learnt of the job: handOff asks for it to be handed out
+// again (Accept then completes the steps and returns the job). A record
+// that has moved on, or a record of another request with the same
+// idempotency key, only needs the request consumed and acked. A job entry
+// saying rejected, expired or cancelled finishes that refusal. done
+// reports that the message needs nothing more.
+func (b *Broker) resume(ctx context.Context, d *Delivery, decoded bool) (handOff, done bool, err error) {
 	if decoded {
 		jobID, err := b.rdb.HGet(ctx, b.keys.JobsIdem(), d.Request.IdempotencyKey).Result()
 		switch {
 		case err == nil:
 			job, err := b.GetJob(ctx, jobID)
 			if err != nil {
-				return false, err
+				return false, false, err
+			}
+			if job.JobID == d.JobID && job.Status == wire.JobQueued {
+				return true, false, nil
 			}
 			if err := b.publishJob(ctx, d, job); err != nil {
-				return false, err
+				return false, false, err
 			}
 			_, err = b.finishAccept(ctx, d, job)
-			return err == nil, err
+			return false, err == nil, err
 		case !errors.Is(err, redis.Nil):
-			return false, err
+			return false, false, err
 		}
 	}
 	e, err := b.store.Get(ctx, d.JobID)
 	if errors.Is(err, blackboard.ErrNotFound) {
-		return false, nil
+		return false, false, nil
 	}
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	var jd wire.JobData
 	if json.Unmarshal(e.Data, &jd) != nil {
-		return false, nil
+		return false, false, nil
 	}
 	switch jd.Status {
 	case wire.JobRejected:
@@ -404,13 +421,13 @@ func (b *Broker) resume(ctx context.Context, d *Delivery, decoded bool) (done bo
 		if jd.ReasonCode == wire.CodeDeliveryLimit {
 			reason = ReasonDeliveryLimit
 		}
-		return true, b.deadLetter(ctx, d, reason, werr)
+		return false, true, b.deadLetter(ctx, d, reason, werr)
 	case wire.JobExpired:
-		return true, b.expire(ctx, d)
+		return false, true, b.expire(ctx, d)
 	case wire.JobCancelled:
-		return true, b.ack(ctx, d, nil)
+		return false, true, b.ack(ctx, d, nil)
 	}
-	return false, nil
+	return false, false, nil
 }
 
 // deadLetter refuses a request: a rejected compute.job entry, the request

@@ -257,6 +257,23 @@ func (in *Inbox) Nack(l Lease) error {
 	return nil
 }
 
+// Return ends a lease as if the hand-out never happened: the item goes
+// back to its place and the delivery is not counted (for a hand-out that
+// failed before reaching its taker).
+func (in *Inbox) Return(l Lease) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	e, err := in.leasedLocked(l)
+	if err != nil {
+		return err
+	}
+	heap.Remove(&in.leased, e.lindex)
+	e.lease = Lease{}
+	e.Deliveries--
+	in.enqueue(e)
+	return nil
+}
+
 // Extend renews a lease for another LeaseTimeout from now.
 func (in *Inbox) Extend(l Lease) (Lease, error) {
 	in.mu.Lock()

@@ -255,6 +255,14 @@ func TestInboxLeases(t *testing.T) {
 		if it.ID != "a" || it.Deliveries != 2 {
 			t.Fatalf("after nack %+v", it)
 		}
+		// Return does not count the hand-out.
+		if err := in.Return(l2); err != nil {
+			t.Fatal(err)
+		}
+		it, l2, _ = in.Pop(t.Context())
+		if it.ID != "a" || it.Deliveries != 2 {
+			t.Fatalf("after return %+v", it)
+		}
 
 		// Extend keeps it; expiry redelivers it.
 		time.Sleep(8 * time.Second)

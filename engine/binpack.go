@@ -354,7 +354,7 @@ type nodeIndex struct {
 	models                 map[string]int
 	mprof                  map[string]int
 	heap                   []searchItem
-	pops, leaves, searches int
+	pops, leaves, searches, walkPops, fails, failPops, fallbacks int
 }
 
 const (
@@ -541,8 +541,8 @@ func (ix *nodeIndex) bound(t int, s Strategy) float64 {
 // search falls back to the best of the first fallbackCandidates fitting
 // nodes in index order, found by a pruned depth-first walk.
 const (
-	searchBudget       = 256
-	fallbackCandidates = 16
+	searchBudget       = 64
+	fallbackCandidates = 8
 )
 
 // search calls visit for fitting leaves in strategy order (best key first,
@@ -603,6 +603,7 @@ func (ix *nodeIndex) search(r *jobReq, s Strategy, fits func(i int) bool, visit 
 	push(1)
 	for steps := 0; len(h) > 0; steps++ {
 		if steps == searchBudget {
+			ix.fallbacks++
 			// Fall back: the best of the first fitting nodes in index order.
 			var cands []int
 			ix.walk(r, need, fits, func(i int) bool {
@@ -646,6 +647,7 @@ func (ix *nodeIndex) walk(r *jobReq, need uint64, fits func(int) bool, visit fun
 		sp--
 		t := stack[sp]
 		ix.pops++
+		ix.walkPops++
 		if ix.feat[t]&need != need || !r.vec.Fits(ix.maxFree[t]) {
 			continue
 		}

@@ -36,7 +36,7 @@ func Schedule(st State, snap Snapshot) (Plan, State) {
 	c.explain()
 	c.commit()
 	if debugStats {
-		fmt.Printf("searches %d pops %d leaves %d placed %d\n", c.ix.searches, c.ix.pops, c.ix.leaves, len(c.placements))
+		fmt.Printf("searches %d pops %d leaves %d placed %d walkpops %d fails %d failpops %d fallbacks %d\n", c.ix.searches, c.ix.pops, c.ix.leaves, len(c.placements), c.ix.walkPops, c.ix.fails, c.ix.failPops, c.ix.fallbacks)
 	}
 	return c.plan, c.state
 }
@@ -648,6 +648,7 @@ func (c *cycle) findNode(r *jobReq, s Strategy, end time.Time) (int, Rejection) 
 	if best >= 0 {
 		return best, Rejection{}
 	}
+	c.ix.fails++
 	// Blocked only by the reservation?
 	if long {
 		for _, i := range slices.Sorted(maps.Keys(c.resv.nodes)) {

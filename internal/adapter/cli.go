@@ -21,6 +21,24 @@ import (
 	"github.com/computeboard/computeboard/wire"
 )
 
+// parseInterleaved parses flags that may come before, between or after
+// positional arguments ("jobs list --redis URL"), returning the
+// positionals.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
 type stringList []string
 
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
@@ -135,18 +153,13 @@ func runInbox(ctx context.Context, args []string, getenv func(string) string, st
 	minAge := fs.Duration("min-age", 0, "list: only requests waiting at least this long")
 	limit := fs.Int("limit", 100, "list: at most this many")
 	all := fs.Bool("all", false, "dlq replay: replay every dead letter")
-	if err := fs.Parse(args); err != nil {
+	rest, err := parseInterleaved(fs, args)
+	if err != nil {
 		return err
 	}
-	rest := fs.Args()
 	if len(rest) == 0 {
 		return usageError{"inbox: want list, show ID, stats, drop ID, requeue ID, dlq list, dlq replay ID|--all"}
 	}
-	// Flags may also follow the subcommand.
-	if err := fs.Parse(rest[1:]); err != nil {
-		return err
-	}
-	rest = append(rest[:1], fs.Args()...)
 	c := apiClient{base: strings.TrimRight(*api, "/"), token: *token}
 	arg := func(i int) (string, error) {
 		if len(rest) <= i {
@@ -255,10 +268,10 @@ func runJobs(ctx context.Context, args []string, getenv func(string) string, std
 	redisURL := fs.String("redis", envOr(getenv, "COMPUTEBOARD_REDIS", "redis://127.0.0.1:6380"), "blackboard Redis URL")
 	board := fs.String("board", "default", "blackboard namespace")
 	api := fs.String("api", envOr(getenv, "COMPUTEBOARD_API", "http://127.0.0.1:8377"), "the adapter's HTTP address (for explain)")
-	if err := fs.Parse(args); err != nil {
+	rest, err := parseInterleaved(fs, args)
+	if err != nil {
 		return err
 	}
-	rest := fs.Args()
 	if len(rest) == 0 {
 		return usageError{"jobs: want list, show ID or explain ID"}
 	}
