@@ -26,6 +26,12 @@ type Config struct {
 	EventsMaxLen int64
 	// SweepInterval is how often Run sweeps. Default 1s.
 	SweepInterval time.Duration
+	// Retention is how long an entry stays in status expired before the
+	// sweeper removes it (blackboard.entry.removed {reason: "retention"}).
+	// Default 1h (0 keeps the default); negative keeps expired entries
+	// forever, as the original did. It is fixed per entry when the entry
+	// becomes expired, so every Store of a board should use the same value.
+	Retention time.Duration
 }
 
 const (
@@ -33,4 +39,5 @@ const (
 	defaultMaxEntries    = 10000
 	defaultEventsMaxLen  = 10000
 	defaultSweepInterval = time.Second
+	defaultRetention     = time.Hour
 )

@@ -33,6 +33,8 @@ var (
 	sweepLua string
 	//go:embed lua/remove.lua
 	removeLua string
+	//go:embed lua/retire.lua
+	retireLua string
 	//go:embed lua/register_module.lua
 	registerModuleLua string
 	//go:embed lua/unregister_module.lua
@@ -48,6 +50,7 @@ var (
 	expireScript           = redis.NewScript(libLua + expireLua)
 	sweepScript            = redis.NewScript(libLua + sweepLua)
 	removeScript           = redis.NewScript(libLua + removeLua)
+	retireScript           = redis.NewScript(libLua + retireLua)
 	registerModuleScript   = redis.NewScript(libLua + registerModuleLua)
 	unregisterModuleScript = redis.NewScript(libLua + unregisterModuleLua)
 )
@@ -63,6 +66,15 @@ const (
 // and the events stream MAXLEN.
 func (s *Store) head(now time.Time) []any {
 	return []any{formatFloat(epoch(now)), NewID()[:24], s.eventsMaxLen}
+}
+
+// retentionArg is the retention ARGV of the scripts that can make an entry
+// expired: seconds, or -1 to keep expired entries forever.
+func (s *Store) retentionArg() string {
+	if s.retention < 0 {
+		return "-1"
+	}
+	return formatFloat(s.retention.Seconds())
 }
 
 // run runs a script and returns its reply as a slice.
@@ -116,7 +128,7 @@ func (k Keys) entryKeys(e *Entry) []string {
 // (-1 when all were written) and the entry count after the write.
 func (s *Store) post(ctx context.Context, now time.Time, items []postItem) (taken int, count int64, err error) {
 	keys := s.keys.common()
-	args := append(s.head(now), len(items))
+	args := append(s.head(now), len(items), s.retentionArg())
 	for _, it := range items {
 		keys = append(keys, s.keys.entryKeys(it.e)...)
 		args = append(args, it.args...)
@@ -135,7 +147,7 @@ func (s *Store) post(ctx context.Context, now time.Time, items []postItem) (take
 func (s *Store) supersede(ctx context.Context, now time.Time, oldID string, it postItem) (int64, error) {
 	keys := append(s.keys.common(), s.keys.Entry(oldID))
 	keys = append(keys, s.keys.entryKeys(it.e)...)
-	args := append(s.head(now), oldID)
+	args := append(s.head(now), oldID, s.retentionArg())
 	args = append(args, it.args...)
 	r, err := s.run(ctx, supersedeScript, keys, args)
 	if err != nil {
@@ -151,7 +163,8 @@ func (s *Store) supersede(ctx context.Context, now time.Time, oldID string, it p
 // changed.
 func (s *Store) update(ctx context.Context, now time.Time, id string, expect Status, pairs []any) (int64, error) {
 	keys := append([]string{s.keys.Entry(id), s.keys.Expiry(), s.keys.Events()}, s.keys.prios()...)
-	args := append(s.head(now), id, string(expect))
+	keys = append(keys, s.keys.Retire())
+	args := append(s.head(now), id, string(expect), s.retentionArg())
 	r, err := s.run(ctx, updateScript, keys, append(args, pairs...))
 	if err != nil {
 		return 0, err
@@ -182,15 +195,15 @@ func (s *Store) claim(ctx context.Context, now time.Time, id string, ack *Stream
 
 // expire runs expire.lua; it reports whether the entry moved to expired.
 func (s *Store) expire(ctx context.Context, now time.Time, id string, checkTTL bool, ack *StreamAck) (bool, error) {
-	keys := []string{s.keys.Entry(id), s.keys.Expiry(), s.keys.Events(), s.keys.Stats()}
+	keys := []string{s.keys.Entry(id), s.keys.Expiry(), s.keys.Events(), s.keys.Stats(), s.keys.Retire()}
 	check := "0"
 	if checkTTL {
 		check = "1"
 	}
-	args := append(s.head(now), id, check, "", "")
+	args := append(s.head(now), id, check, s.retentionArg(), "", "")
 	if ack != nil {
 		keys = append(keys, ack.Stream)
-		args[5], args[6] = ack.Group, ack.MessageID
+		args[6], args[7] = ack.Group, ack.MessageID
 	}
 	r, err := s.run(ctx, expireScript, keys, args)
 	if err != nil {
@@ -204,8 +217,8 @@ func (s *Store) expire(ctx context.Context, now time.Time, id string, checkTTL b
 
 // sweep runs sweep.lua over ids read from the expiry index.
 func (s *Store) sweep(ctx context.Context, now time.Time, ids []string) (expired, dropped int64, err error) {
-	keys := []string{s.keys.Expiry(), s.keys.Events(), s.keys.Stats()}
-	args := s.head(now)
+	keys := []string{s.keys.Expiry(), s.keys.Events(), s.keys.Stats(), s.keys.Retire()}
+	args := append(s.head(now), s.retentionArg())
 	for _, id := range ids {
 		keys = append(keys, s.keys.Entry(id))
 		args = append(args, id)
@@ -228,7 +241,7 @@ type victim struct {
 // codeStale; a missing entry is ErrNotFound.
 func (s *Store) remove(ctx context.Context, now time.Time, v victim, reason string, capacity int) (int64, error) {
 	keys := []string{s.keys.Entry(v.id), s.keys.Topic(v.topic), s.keys.Source(v.source),
-		s.keys.Prio(v.prio), s.keys.All(), s.keys.Expiry(), s.keys.Events(), s.keys.Stats()}
+		s.keys.Prio(v.prio), s.keys.All(), s.keys.Expiry(), s.keys.Events(), s.keys.Stats(), s.keys.Retire()}
 	args := append(s.head(now), v.id, v.topic, v.source, strconv.Itoa(int(v.prio)), reason, max(capacity, 0))
 	r, err := s.run(ctx, removeScript, keys, args)
 	if err != nil {
@@ -238,6 +251,24 @@ func (s *Store) remove(ctx context.Context, now time.Time, v victim, reason stri
 		return 0, err
 	}
 	return code(r, 0), nil
+}
+
+// retire runs retire.lua over entries read from the retire index (topic and
+// source as read; empty for an entry found gone). It returns how many were
+// removed and how many left the index otherwise.
+func (s *Store) retire(ctx context.Context, now time.Time, vs []victim) (retired, dropped int64, err error) {
+	keys := append([]string{s.keys.Retire(), s.keys.All(), s.keys.Expiry(), s.keys.Events(), s.keys.Stats()},
+		s.keys.prios()...)
+	args := s.head(now)
+	for _, v := range vs {
+		keys = append(keys, s.keys.Entry(v.id), s.keys.Topic(v.topic), s.keys.Source(v.source))
+		args = append(args, v.id, v.topic, v.source)
+	}
+	r, err := s.run(ctx, retireScript, keys, args)
+	if err != nil {
+		return 0, 0, err
+	}
+	return code(r, 0), code(r, 1), nil
 }
 
 // registerModule runs register_module.lua.

@@ -13,8 +13,9 @@ type Stats struct {
 	ActiveEntries      int64            `json:"active_entries"` // ACTIVE and TTL not lapsed
 	MaxEntries         int              `json:"max_entries"`    // -1 = unlimited
 	TotalPosted        int64            `json:"total_posted"`
-	TotalRemoved       int64            `json:"total_removed"` // explicit and evicted
+	TotalRemoved       int64            `json:"total_removed"` // explicit, evicted and retired
 	TotalEvicted       int64            `json:"total_evicted"`
+	TotalRetired       int64            `json:"total_retired"` // removed after Retention in status expired
 	TotalExpired       int64            `json:"total_expired"`
 	RegisteredModules  int64            `json:"registered_modules"`
 	StatusDistribution map[Status]int64 `json:"status_distribution"`
@@ -43,6 +44,7 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	n := func(k string) int64 { v, _ := strconv.ParseInt(c[k], 10, 64); return v }
 	st.TotalPosted, st.TotalRemoved = n("total_posted"), n("total_removed")
 	st.TotalEvicted, st.TotalExpired = n("total_evicted"), n("total_expired")
+	st.TotalRetired = n("total_retired")
 	st.RegisteredModules, st.EventsLength = modules.Val(), events.Val()
 
 	now := s.clock.Now()

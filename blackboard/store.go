@@ -28,7 +28,8 @@ type Store struct {
 	maxEntries    int // > 0, or -1 for unlimited
 	eventsMaxLen  int64
 	sweepInterval time.Duration
-	queryPlan     int // planAuto; tests force planWalk or planIntersect
+	retention     time.Duration // > 0, or < 0 to keep expired entries forever
+	queryPlan     int           // planAuto; tests force planWalk or planIntersect
 }
 
 // New returns a Store for the board cfg.Namespace on rdb.
@@ -48,6 +49,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		maxEntries:    cmp.Or(cfg.MaxEntries, defaultMaxEntries),
 		eventsMaxLen:  cmp.Or(cfg.EventsMaxLen, defaultEventsMaxLen),
 		sweepInterval: cmp.Or(cfg.SweepInterval, defaultSweepInterval),
+		retention:     cmp.Or(cfg.Retention, defaultRetention),
 	}
 	switch {
 	case s.maxEntries < -1:

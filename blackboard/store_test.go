@@ -23,14 +23,17 @@ func TestNewConfig(t *testing.T) {
 		check   func(*Store) string
 	}{
 		"defaults": {cfg: Config{}, check: func(s *Store) string {
-			return fmt.Sprintf("%s %d %d %v", s.keys.Prefix(), s.maxEntries, s.eventsMaxLen, s.sweepInterval)
+			return fmt.Sprintf("%s %d %d %v %v", s.keys.Prefix(), s.maxEntries, s.eventsMaxLen, s.sweepInterval, s.retention)
 		}},
 		"unlimited":       {cfg: Config{MaxEntries: -1}, check: func(s *Store) string { return fmt.Sprint(s.maxEntries) }},
+		"retention":       {cfg: Config{Retention: 90 * time.Second}, check: func(s *Store) string { return s.retentionArg() }},
+		"keep forever":    {cfg: Config{Retention: -time.Nanosecond}, check: func(s *Store) string { return s.retentionArg() }},
 		"brace namespace": {cfg: Config{Namespace: "a}b"}, wantErr: true},
 		"bad max":         {cfg: Config{MaxEntries: -2}, wantErr: true},
 		"bad maxlen":      {cfg: Config{EventsMaxLen: -1}, wantErr: true},
 	}
-	want := map[string]string{"defaults": "asi:bb:{default} 10000 10000 1s", "unlimited": "-1"}
+	want := map[string]string{"defaults": "asi:bb:{default} 10000 10000 1s 1h0m0s", "unlimited": "-1",
+		"retention": "90", "keep forever": "-1"}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			s, err := New(rdb, tc.cfg)

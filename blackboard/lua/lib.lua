@@ -32,12 +32,16 @@ local function lapsed(now, ts, ttl)
   return tonumber(now) - tonumber(ts) > tonumber(ttl)
 end
 
--- common_keys reads the 19 board-wide keys that post and supersede share,
--- starting at KEYS[base].
+-- Number of board-wide keys that post and supersede share.
+local COMMON_KEYS = 20
+
+-- common_keys reads the COMMON_KEYS board-wide keys that post and supersede
+-- share, starting at KEYS[base].
 local function common_keys(base)
   local c = {
     topics = KEYS[base], all = KEYS[base + 1], expiry = KEYS[base + 2],
     events = KEYS[base + 3], stats = KEYS[base + 4], prio = {}, inbox = {},
+    retire = KEYS[base + 19],
   }
   for p = 0, 3 do
     c.prio[tostring(p)] = KEYS[base + 5 + p]
@@ -48,14 +52,25 @@ local function common_keys(base)
   return c
 end
 
+-- index_retired schedules an entry that has just become expired for
+-- removal: it enters the retire index scored expired_at (now) + retention
+-- (seconds, a decimal string; negative = keep forever, not indexed).
+local function index_retired(retire, id, now, retention)
+  local r = tonumber(retention)
+  if r >= 0 then
+    redis.call('ZADD', retire, tonumber(now) + r, id)
+  end
+end
+
 -- Number of ARGV slots one entry occupies in post and supersede.
 local ENTRY_ARGS = 15
 
 -- post_entry writes one entry (ARGV[o] .. ARGV[o+14]) to its HASH ek, the
 -- topic index tk, the source index sk and the common keys c; it emits the
--- added event and, for compute requests, appends to the intake lane.
+-- added event and, for compute requests, appends to the intake lane. An
+-- entry posted as expired enters the retire index (see index_retired).
 -- The caller has checked that ek does not exist.
-local function post_entry(c, ek, tk, sk, o, now, prefix, maxlen)
+local function post_entry(c, ek, tk, sk, o, now, prefix, maxlen, retention)
   local id, topic, source, status = ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3]
   local parent, ts, conf, ttl, prio = ARGV[o + 4], ARGV[o + 5], ARGV[o + 6], ARGV[o + 7], ARGV[o + 8]
   local data, meta, tags = ARGV[o + 9], ARGV[o + 10], ARGV[o + 11]
@@ -80,6 +95,8 @@ local function post_entry(c, ek, tk, sk, o, now, prefix, maxlen)
   redis.call('ZADD', c.all, ts, id)
   if ttl ~= '' and status == 'active' then
     redis.call('ZADD', c.expiry, tonumber(ts) + tonumber(ttl), id)
+  elseif status == 'expired' then
+    index_retired(c.retire, id, now, retention)
   end
   redis.call('HINCRBY', c.stats, 'total_posted', 1)
   emit(c.events, maxlen, prefix, now, 'blackboard.entry.added', added)
@@ -112,11 +129,13 @@ local function set_status(ek, expiry, id, new, events, maxlen, prefix, now)
   return true
 end
 
--- mark_expired sets status expired, drops the entry from the expiry index,
--- counts it and emits the expired event.
-local function mark_expired(ek, expiry, stats, id, topic, events, maxlen, prefix, now)
+-- mark_expired sets status expired, moves the entry from the expiry index
+-- to the retire index (see index_retired), counts it and emits the expired
+-- event.
+local function mark_expired(ek, expiry, retire, retention, stats, id, topic, events, maxlen, prefix, now)
   redis.call('HSET', ek, 'status', 'expired')
   redis.call('ZREM', expiry, id)
+  index_retired(retire, id, now, retention)
   redis.call('HINCRBY', stats, 'total_expired', 1)
   emit(events, maxlen, prefix, now, 'blackboard.entry.expired',
     '{"entry_id":' .. jstr(id) .. ',"topic":' .. jstr(topic) .. '}')

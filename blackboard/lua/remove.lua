@@ -11,6 +11,7 @@
 -- KEYS[6]      P:expiry                    ZSET
 -- KEYS[7]      P:events                    STREAM
 -- KEYS[8]      P:stats                     HASH
+-- KEYS[9]      P:retire                    ZSET
 --
 -- ARGV[1] now   ARGV[2] event id prefix   ARGV[3] events MAXLEN
 -- ARGV[4] id    ARGV[5] expected topic    ARGV[6] expected source_module
@@ -34,6 +35,7 @@ if not f[1] then
   for k = 2, 6 do
     redis.call('ZREM', KEYS[k], id)
   end
+  redis.call('ZREM', KEYS[9], id)
   return { NOT_FOUND }
 end
 if f[1] ~= ARGV[5] or f[2] ~= ARGV[6] or (f[3] or '1') ~= ARGV[7] then
@@ -43,6 +45,7 @@ redis.call('DEL', KEYS[1])
 for k = 2, 6 do
   redis.call('ZREM', KEYS[k], id)
 end
+redis.call('ZREM', KEYS[9], id)
 redis.call('HINCRBY', KEYS[8], 'total_removed', 1)
 if reason == 'evicted' then
   redis.call('HINCRBY', KEYS[8], 'total_evicted', 1)

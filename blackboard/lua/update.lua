@@ -1,19 +1,24 @@
 -- update.lua: change fields of an entry in place (Update, UpdateIf, Retract),
 -- emitting one blackboard.entry.updated event per field whose value changed.
+-- An entry whose status is set to expired enters P:retire (see
+-- index_retired); one that leaves expired stays there until retire.lua drops
+-- it.
 --
 -- KEYS[1]      P:entry:<id>                HASH
 -- KEYS[2]      P:expiry                    ZSET
 -- KEYS[3]      P:events                    STREAM
 -- KEYS[4..7]   P:prio:0 .. P:prio:3        ZSET
+-- KEYS[8]      P:retire                    ZSET
 --
 -- ARGV[1] now   ARGV[2] event id prefix   ARGV[3] events MAXLEN
 -- ARGV[4] id    ARGV[5] expected status ('' = any)
--- ARGV[6..] field/value pairs, in the order data, confidence, status,
+-- ARGV[6] retention (seconds; negative = keep forever)
+-- ARGV[7..] field/value pairs, in the order data, confidence, status,
 --   priority, tags, metadata; values encoded as in the HASH.
 --
 -- Returns {n_changed}; {NOT_FOUND}; or {CONFLICT, current status}.
 
-local now, prefix, maxlen, id, expect = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local now, prefix, maxlen, id, expect, retention = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local ek, expiry, events = KEYS[1], KEYS[2], KEYS[3]
 
 local cur = redis.call('HMGET', ek, 'status', 'topic', 'timestamp')
@@ -31,10 +36,13 @@ local topic, ts = cur[2], cur[3]
 local defaults = { data = 'null', confidence = '1.0', priority = '1', tags = '[]', metadata = '{}' }
 
 local changed = 0
-for i = 6, #ARGV, 2 do
+for i = 7, #ARGV, 2 do
   local field, new = ARGV[i], ARGV[i + 1]
   if field == 'status' then
     if set_status(ek, expiry, id, new, events, maxlen, prefix, now) then
+      if new == 'expired' then
+        index_retired(KEYS[8], id, now, retention)
+      end
       changed = changed + 1
     end
   else
