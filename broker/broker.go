@@ -96,7 +96,8 @@ func New(rdb redis.UniversalClient, store *blackboard.Store, cfg Config) (*Broke
 	return b, nil
 }
 
-// Inbox returns the broker's in-memory inbox (for inspection and tests).
+// Inbox returns the broker's in-memory inbox, for depth and inspection.
+// Requests enter it only through the feed; callers should not Push or Pop.
 func (b *Broker) Inbox() *Inbox { return b.inbox }
 
 // laneKey returns the key of lane 0..9.

@@ -44,8 +44,8 @@ func TestAcceptAndTransition(t *testing.T) {
 	if jd, ok := bd.jobEntry(t, id); !ok || jd.Status != wire.JobQueued || jd.Account != "planner" || jd.Priority != 7 {
 		t.Errorf("job entry %+v %v", jd, ok)
 	}
-	if b.Inbox().Len() != 0 {
-		t.Errorf("inbox holds %d", b.Inbox().Len())
+	if b.inbox.Len() != 0 {
+		t.Errorf("inbox holds %d", b.inbox.Len())
 	}
 
 	// queued → running succeeds once.
@@ -179,7 +179,7 @@ func TestResumeAfterCrash(t *testing.T) {
 		if n, err := b.reclaimStep(ctx); err != nil || n != 1 {
 			t.Fatalf("reclaim = %d, %v", n, err)
 		}
-		if b.Inbox().Len() != 0 {
+		if b.inbox.Len() != 0 {
 			t.Fatal("a started job was handed out again")
 		}
 		if st := bd.entryStatus(t, id); st != blackboard.StatusConsumed {
@@ -219,6 +219,39 @@ func TestResumeAfterCrash(t *testing.T) {
 			t.Errorf("lanes hold %d, %d pending", l, p)
 		}
 	})
+}
+
+// TestDeliveryLimitAfterAcceptedRecord: a request whose Accept was cut
+// short again and again is dead-lettered, and its queued job record fails
+// instead of lingering in P:jobs:active.
+func TestDeliveryLimitAfterAcceptedRecord(t *testing.T) {
+	bd := newBoard(t)
+	ctx := t.Context()
+	cfg := Config{ClaimIdle: 10 * time.Millisecond, DeliveryLimit: 1}
+	a := bd.broker(t, withConsumer(cfg, "a"))
+	id := bd.post(t, "m", okData)
+	feed(t, a)
+	if _, _, err := a.acceptRecord(ctx, next(t, a)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	b := bd.broker(t, withConsumer(cfg, "b"))
+	if _, err := b.reclaimStep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	j, err := b.GetJob(ctx, wire.JobID(id))
+	if err != nil || j.Status != wire.JobFailed || j.Error == nil || j.Error.Code != string(wire.CodeDeliveryLimit) {
+		t.Fatalf("job %+v, %v", j, err)
+	}
+	if active, _ := b.ListActive(ctx); len(active) != 0 {
+		t.Errorf("still active: %+v", active)
+	}
+	if jd, _ := bd.jobEntry(t, id); jd.Status != wire.JobFailed {
+		t.Errorf("job entry %+v", jd)
+	}
+	if dls := bd.deadLetters(t); len(dls) != 1 || dls[0].Reason != ReasonDeliveryLimit {
+		t.Errorf("dead letters %+v", dls)
+	}
 }
 
 func TestDuplicateIdempotencyKey(t *testing.T) {
@@ -284,8 +317,8 @@ func TestReclaim(t *testing.T) {
 	if _, err := a.reclaimStep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if a.Inbox().Len() != 0 {
-		t.Errorf("a still holds %d lost requests", a.Inbox().Len())
+	if a.inbox.Len() != 0 {
+		t.Errorf("a still holds %d lost requests", a.inbox.Len())
 	}
 }
 
@@ -320,7 +353,7 @@ func TestBackpressure(t *testing.T) {
 	if n := feed(t, b); n != 10 {
 		t.Fatalf("read %d into a 10-slot inbox", n)
 	}
-	if !b.Inbox().Full() {
+	if !b.inbox.Full() {
 		t.Fatal("inbox not full")
 	}
 	l, p := bd.laneTotals(t)
@@ -340,7 +373,7 @@ func TestBackpressure(t *testing.T) {
 	}
 	accepted := map[string]bool{}
 	for len(accepted) < total {
-		if b.Inbox().Len() == 0 {
+		if b.inbox.Len() == 0 {
 			if n := feed(t, b); n == 0 {
 				t.Fatalf("stuck after %d accepted", len(accepted))
 			}
@@ -348,7 +381,7 @@ func TestBackpressure(t *testing.T) {
 		d := next(t, b)
 		accept(t, b, d)
 		accepted[d.EntryID] = true
-		if b.Inbox().Len() > 10 {
+		if b.inbox.Len() > 10 {
 			t.Fatal("inbox over capacity")
 		}
 	}
@@ -415,7 +448,7 @@ func TestPoisonToDLQ(t *testing.T) {
 			}})
 			id := bd.post(t, "m", tc.data)
 			feed(t, b)
-			if b.Inbox().Len() != 0 {
+			if b.inbox.Len() != 0 {
 				t.Fatal("poison request queued")
 			}
 			dls := bd.deadLetters(t)
@@ -482,7 +515,7 @@ func TestDeliveryLimit(t *testing.T) {
 			if _, err := b.reclaimStep(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if held := b.Inbox().Len(); held != 1-i {
+			if held := b.inbox.Len(); held != 1-i {
 				t.Fatalf("%s holds %d", name, held)
 			}
 		}
@@ -509,7 +542,7 @@ func TestDeliveryLimit(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if b.Inbox().Len() != 0 {
+		if b.inbox.Len() != 0 {
 			t.Fatal("still held")
 		}
 		dls := bd.deadLetters(t)
@@ -530,7 +563,7 @@ func TestExpiry(t *testing.T) {
 		if err := b.expiryStep(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := b.Inbox().Get(id); ok || b.Inbox().Len() != 1 {
+		if _, ok := b.inbox.Get(id); ok || b.inbox.Len() != 1 {
 			t.Fatal("expired request still queued")
 		}
 		if st := bd.entryStatus(t, id); st != blackboard.StatusExpired {
@@ -552,7 +585,7 @@ func TestExpiry(t *testing.T) {
 		id := bd.post(t, "m", okData, ttl(0))
 		bd.clk.Advance(time.Millisecond)
 		feed(t, b)
-		if b.Inbox().Len() != 0 {
+		if b.inbox.Len() != 0 {
 			t.Fatal("expired request queued")
 		}
 		if jd, _ := bd.jobEntry(t, id); jd.Status != wire.JobExpired {
@@ -581,7 +614,7 @@ func TestCancellation(t *testing.T) {
 		if n, err := b.eventsStep(ctx, 0); err != nil || n != 1 {
 			t.Fatalf("eventsStep = %d, %v", n, err)
 		}
-		if _, ok := b.Inbox().Get(id); ok {
+		if _, ok := b.inbox.Get(id); ok {
 			t.Fatal("retracted request still queued")
 		}
 		if jd, _ := bd.jobEntry(t, id); jd.Status != wire.JobCancelled {
@@ -665,8 +698,8 @@ func TestRateLimit(t *testing.T) {
 	}
 	calm := bd.post(t, "calm", okData)
 	feed(t, b)
-	if b.Inbox().ModuleLen("noisy") != 2 || b.Inbox().ModuleLen("calm") != 1 {
-		t.Fatalf("held %v", b.Inbox().ModuleCounts())
+	if b.inbox.ModuleLen("noisy") != 2 || b.inbox.ModuleLen("calm") != 1 {
+		t.Fatalf("held %v", b.inbox.ModuleCounts())
 	}
 	for _, id := range noisy[2:] {
 		jd, _ := bd.jobEntry(t, id)
@@ -689,8 +722,8 @@ func TestRateLimit(t *testing.T) {
 	}
 	feed(t, b)
 	dls := bd.deadLetters(t)
-	if b.Inbox().Len() != 2 || len(dls) != 2 || dls[0].Code != string(wire.CodeInboxFull) {
-		t.Fatalf("held %d, dead letters %+v", b.Inbox().Len(), dls)
+	if b.inbox.Len() != 2 || len(dls) != 2 || dls[0].Code != string(wire.CodeInboxFull) {
+		t.Fatalf("held %d, dead letters %+v", b.inbox.Len(), dls)
 	}
 }
 

@@ -218,12 +218,17 @@ func (b *Broker) refresh(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("refresh p%d: %w", lane, err)
 			}
+			n := 0
 			for _, id := range lost {
 				if it, ok := b.inbox.Get(owner[id]); ok && it.Value.(*Delivery).MessageID == id {
 					b.inbox.Remove(owner[id])
-					b.m.lost.Add(1)
-					b.log.Warn("lost a held request to another consumer", "entry_id", owner[id])
+					n++
 				}
+			}
+			if n > 0 {
+				b.m.lost.Add(int64(n))
+				b.log.Warn("held requests were finished or taken over elsewhere; forgot them",
+					"queue", b.laneKey(lane), "count", n)
 			}
 		}
 	}
@@ -268,20 +273,21 @@ func (b *Broker) ingestOne(ctx context.Context, m message) error {
 	d, werr := b.decode(m, now)
 	if d.EntryID == "" {
 		// Not even an entry id: nothing to attach a job entry to.
+		b.m.rejected(string(werr.Code))
 		return b.ack(ctx, d, deadFields(d, ReasonInvalid, werr, now))
-	}
-	if m.deliveries > b.cfg.DeliveryLimit {
-		return b.deadLetter(ctx, d, ReasonDeliveryLimit, &wire.Error{Code: wire.CodeDeliveryLimit,
-			Message: fmt.Sprintf("delivered %d times (limit %d)", m.deliveries, b.cfg.DeliveryLimit)})
 	}
 	if m.deliveries > 1 {
 		handOff, done, err := b.resume(ctx, d, werr == nil)
 		if done || err != nil {
 			return err
 		}
-		if handOff { // accepted already: no checks, no limits
+		if handOff && m.deliveries <= b.cfg.DeliveryLimit { // accepted already: no checks, no limits
 			return b.push(ctx, d, m, now)
 		}
+	}
+	if m.deliveries > b.cfg.DeliveryLimit {
+		return b.deadLetter(ctx, d, ReasonDeliveryLimit, &wire.Error{Code: wire.CodeDeliveryLimit,
+			Message: fmt.Sprintf("delivered %d times (limit %d)", m.deliveries, b.cfg.DeliveryLimit)})
 	}
 	if werr != nil {
 		return b.deadLetter(ctx, d, ReasonInvalid, werr)
@@ -430,6 +436,25 @@ func (b *Broker) resume(ctx context.Context, d *Delivery, decoded bool) (handOff
 	return false, false, nil
 }
 
+// retireRecord ends, with status to, a job record that an interrupted
+// Accept may have left queued for a redelivered request that is now being
+// refused, expired or cancelled, so it cannot run later (the job entry
+// follows the record). First deliveries cannot have one: no round trip.
+func (b *Broker) retireRecord(ctx context.Context, d *Delivery, to wire.JobStatus, jerr *wire.JobError) error {
+	if d.Deliveries <= 1 && !d.replayed {
+		return nil
+	}
+	u := JobUpdate{Error: jerr}
+	if to == wire.JobFailed {
+		u.ReasonCode = wire.Code(jerr.Code)
+	}
+	_, err := b.Transition(ctx, d.JobID, wire.JobQueued, to, u)
+	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrConflict) {
+		return err
+	}
+	return nil
+}
+
 // deadLetter refuses a request: a rejected compute.job entry, the request
 // entry consumed, then the dead letter written and the message acked in one
 // step (ack.lua), in that order so a crash anywhere is finished by resume.
@@ -442,6 +467,9 @@ func (b *Broker) deadLetter(ctx context.Context, d *Delivery, reason string, wer
 	jd := wire.RejectedJob(info, werr, epoch(now))
 	if d.Request.IdempotencyKey != "" {
 		jd.IdempotencyKey, jd.Account, jd.Priority = d.Request.IdempotencyKey, d.Request.Account, d.Request.Priority
+	}
+	if err := b.retireRecord(ctx, d, wire.JobFailed, &wire.JobError{Code: string(werr.Code), Message: werr.Message}); err != nil {
+		return err
 	}
 	if reason == ReasonDropped {
 		jd.Status, jd.ReasonCode = wire.JobCancelled, ""
@@ -478,8 +506,11 @@ func deadFields(d *Delivery, reason string, werr *wire.Error, now time.Time) []a
 // entry, the request entry marked expired, the message acked.
 func (b *Broker) expire(ctx context.Context, d *Delivery) error {
 	now := b.cfg.Clock.Now()
-	jd := b.jobDataFor(d, wire.JobExpired, &wire.JobError{Code: "expired",
-		Message: "the request's ttl_seconds lapsed before it could be accepted"}, now)
+	jerr := &wire.JobError{Code: "expired", Message: "the request's ttl_seconds lapsed before it could be accepted"}
+	if err := b.retireRecord(ctx, d, wire.JobExpired, jerr); err != nil {
+		return err
+	}
+	jd := b.jobDataFor(d, wire.JobExpired, jerr, now)
 	if _, err := b.putJobEntry(ctx, jd); err != nil {
 		return err
 	}
@@ -497,7 +528,11 @@ func (b *Broker) expire(ctx context.Context, d *Delivery) error {
 // cancelQueued ends a request retracted before it started: a cancelled job
 // entry and the message acked (the entry keeps its retracted status).
 func (b *Broker) cancelQueued(ctx context.Context, d *Delivery, why string) error {
-	jd := b.jobDataFor(d, wire.JobCancelled, &wire.JobError{Code: "cancelled", Message: why}, b.cfg.Clock.Now())
+	jerr := &wire.JobError{Code: "cancelled", Message: why}
+	if err := b.retireRecord(ctx, d, wire.JobCancelled, jerr); err != nil {
+		return err
+	}
+	jd := b.jobDataFor(d, wire.JobCancelled, jerr, b.cfg.Clock.Now())
 	if _, err := b.putJobEntry(ctx, jd); err != nil {
 		return err
 	}
@@ -544,7 +579,7 @@ func (b *Broker) ack(ctx context.Context, d *Delivery, dead []any) error {
 	case n == 1 && dead != nil:
 		b.m.deadLettered.Add(1)
 	case n < 0:
-		b.log.Warn("request taken over by another consumer before it was finished here", "entry_id", d.EntryID)
+		b.log.Info("request taken over by another consumer before it was finished here", "entry_id", d.EntryID)
 	}
 	return nil
 }

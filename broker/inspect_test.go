@@ -99,10 +99,10 @@ func TestInspector(t *testing.T) {
 		t.Errorf("second replay: %v", err)
 	}
 	feed(t, b)
-	if _, ok := b.Inbox().Get(old); !ok {
+	if _, ok := b.inbox.Get(old); !ok {
 		t.Fatal("replayed request not held")
 	}
-	for b.Inbox().Len() > 0 {
+	for b.inbox.Len() > 0 {
 		accept(t, b, next(t, b))
 	}
 	if jd, _ := bd.jobEntry(t, old); jd.Status != wire.JobQueued {

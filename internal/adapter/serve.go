@@ -142,6 +142,9 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := br.RegisterMetrics(reg); err != nil {
+		return err
+	}
 	reg.MustRegister(newPoolCollector(disp, inboxDepth))
 
 	g, gctx := errgroup.WithContext(ctx)
