@@ -339,22 +339,25 @@ func (nw *nodeWork) placement(id string, pk picks) Placement {
 // entries hold, for their subtree, the component-wise maximum free vector,
 // the range of the free score and the maximum utilisation, and a bit mask of
 // features (healthy, free GPUs per model, free MIG instances per profile).
-// A search descends best-first and prunes every subtree that cannot hold the
-// request or cannot beat the best node found, so a decision costs O(log N)
-// typical instead of a scan of all nodes.
+// A search descends best-first by the strategy's key and prunes every subtree
+// that lacks a feature or the room (max free per dimension), so a decision
+// costs O(log N) typical instead of a scan of all nodes. Best-first is exact;
+// when it exceeds searchBudget steps (large clusters where the best-keyed
+// nodes are the nearly full ones) it falls back to the best of the next
+// fallbackCandidates fitting nodes after the shape's last placement (next
+// fit), which keeps the cost per decision bounded.
 type nodeIndex struct {
-	size                   int // leaves (power of two)
-	maxFree                []Resources
-	minS                   []float64
-	maxS                   []float64
-	maxU                   []float64
-	feat                   []uint64
-	scale                  [NumDims]float64 // 1/largest capacity per dimension
-	ucount                 []float64        // per node: 1/number of dimensions with capacity
-	models                 map[string]int
-	mprof                  map[string]int
-	heap                   []searchItem
-	pops, leaves, searches, walkPops, fails, failPops, fallbacks int
+	size    int // leaves (power of two)
+	maxFree []Resources
+	minS    []float64
+	maxS    []float64
+	maxU    []float64
+	feat    []uint64
+	scale   [NumDims]float64 // 1/largest capacity per dimension
+	ucount  []float64        // per node: 1/number of dimensions with capacity
+	models  map[string]int
+	mprof   map[string]int
+	heap    []searchItem
 }
 
 const (
@@ -548,15 +551,15 @@ const (
 // search calls visit for fitting leaves in strategy order (best key first,
 // ties by node index) until visit returns true. fits is the exact check of
 // one node. When the budget runs out, the remaining visits come from the
-// fallback candidates, best key first.
-func (ix *nodeIndex) search(r *jobReq, s Strategy, fits func(i int) bool, visit func(i int) bool) {
+// fallback candidates (the first fitting nodes from node from on, wrapping),
+// best key first.
+func (ix *nodeIndex) search(r *jobReq, s Strategy, from int, fits func(i int) bool, visit func(i int) bool) {
 	need, ok := ix.need(r)
 	if !ok {
 		return
 	}
-	ix.searches++
 	if s == FirstFit {
-		ix.walk(r, need, fits, visit)
+		ix.walk(r, need, 0, fits, visit)
 		return
 	}
 	h := ix.heap[:0]
@@ -603,10 +606,9 @@ func (ix *nodeIndex) search(r *jobReq, s Strategy, fits func(i int) bool, visit 
 	push(1)
 	for steps := 0; len(h) > 0; steps++ {
 		if steps == searchBudget {
-			ix.fallbacks++
 			// Fall back: the best of the first fitting nodes in index order.
 			var cands []int
-			ix.walk(r, need, fits, func(i int) bool {
+			ix.walk(r, need, from, fits, func(i int) bool {
 				cands = append(cands, i)
 				return len(cands) >= fallbackCandidates
 			})
@@ -620,11 +622,9 @@ func (ix *nodeIndex) search(r *jobReq, s Strategy, fits func(i int) bool, visit 
 			}
 			return
 		}
-		ix.pops++
 		it := pop()
 		t := it.t & (1<<32 - 1)
 		if t >= ix.size {
-			ix.leaves++
 			i := t - ix.size
 			if fits(i) && visit(i) {
 				return
@@ -636,32 +636,43 @@ func (ix *nodeIndex) search(r *jobReq, s Strategy, fits func(i int) bool, visit 
 	}
 }
 
-// walk visits fitting leaves in index order (a depth-first walk that skips
-// every subtree without the features or the room), until visit returns true.
-func (ix *nodeIndex) walk(r *jobReq, need uint64, fits func(int) bool, visit func(int) bool) {
-	var stack [64]int
+// walk visits fitting leaves in index order from node from, wrapping
+// around (next fit), until visit returns true. It is a depth-first walk that
+// skips every subtree without the features or the room.
+func (ix *nodeIndex) walk(r *jobReq, need uint64, from int, fits func(int) bool, visit func(int) bool) {
+	if ix.walkRange(r, need, from, ix.size, fits, visit) {
+		return
+	}
+	ix.walkRange(r, need, 0, from, fits, visit)
+}
+
+func (ix *nodeIndex) walkRange(r *jobReq, need uint64, lo, hi int, fits func(int) bool, visit func(int) bool) bool {
+	type span struct{ t, l, r int }
+	var stack [64]span
 	sp := 0
-	stack[sp] = 1
+	stack[sp] = span{1, 0, ix.size}
 	sp++
 	for sp > 0 {
 		sp--
-		t := stack[sp]
-		ix.pops++
-		ix.walkPops++
-		if ix.feat[t]&need != need || !r.vec.Fits(ix.maxFree[t]) {
+		x := stack[sp]
+		if x.r <= lo || x.l >= hi {
 			continue
 		}
-		if t >= ix.size {
-			ix.leaves++
-			if i := t - ix.size; fits(i) && visit(i) {
-				return
+		if ix.feat[x.t]&need != need || !r.vec.Fits(ix.maxFree[x.t]) {
+			continue
+		}
+		if x.t >= ix.size {
+			if i := x.t - ix.size; fits(i) && visit(i) {
+				return true
 			}
 			continue
 		}
-		stack[sp] = 2*t + 1
-		stack[sp+1] = 2 * t
+		m := (x.l + x.r) / 2
+		stack[sp] = span{2*x.t + 1, m, x.r}
+		stack[sp+1] = span{2 * x.t, x.l, m}
 		sp += 2
 	}
+	return false
 }
 
 // leftmost returns the leaf position of the leftmost leaf under t.

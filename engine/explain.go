@@ -2,6 +2,7 @@ package engine
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -17,7 +18,7 @@ type Explanation struct {
 	Factors  Factors
 	Placed   bool
 	Node     string    `json:",omitempty"` // when placed
-	Reason   Code      `json:",omitempty"` // when not placed
+	Reason   Code      `json:",omitempty"` // why not placed; on a placed job only ReasonDeadlineInfeasible (running anyway)
 	Message  string    `json:",omitempty"`
 	EstStart time.Time // Now when placed; the reservation start for the reserved job; else a lower bound from running jobs' estimated ends (zero = unknown)
 }
@@ -69,7 +70,14 @@ func (c *cycle) explain() {
 		}
 		return cmp.Compare(pa, pb)
 	})
-	est := c.newEstimator()
+	var want []*jobReq
+	for i := range pend {
+		o := &c.out[i]
+		if !o.placed && !o.rej.Final && pend[i].GangID == "" && c.valid[i] {
+			want = append(want, &c.reqs[i])
+		}
+	}
+	est := c.estimates(want)
 	c.plan.Explanations = make([]Explanation, 0, len(pend))
 	for _, i := range idx {
 		o := &c.out[i]
@@ -89,6 +97,10 @@ func (c *cycle) explain() {
 			ex.Placed = true
 			ex.Node = c.nodes[o.node].node.Name
 			ex.EstStart = c.now
+			if ex.Factors.DeadlineMiss {
+				ex.Reason = ReasonDeadlineInfeasible
+				ex.Message = fmt.Sprintf("deadline %s cannot be met (slack %s); running anyway", j.Deadline.Format(time.RFC3339), ex.Factors.Slack)
+			}
 		default:
 			rej := o.rej
 			if !o.set {
@@ -96,12 +108,15 @@ func (c *cycle) explain() {
 			}
 			c.plan.Rejected = append(c.plan.Rejected, rej)
 			ex.Reason, ex.Message = rej.Reason, rej.Message
+			if ex.Factors.DeadlineMiss && rej.Reason != ReasonDeadlineInfeasible {
+				ex.Message += fmt.Sprintf("; deadline %s cannot be met (slack %s)", j.Deadline.Format(time.RFC3339), ex.Factors.Slack)
+			}
 			switch {
 			case rej.Final:
 			case c.resv != nil && c.resvHolds(i):
 				ex.EstStart = resvStart
 			case j.GangID == "":
-				ex.EstStart = est.start(&c.reqs[i])
+				ex.EstStart = est[c.reqs[i].shape()]
 			}
 		}
 		c.plan.Explanations = append(c.plan.Explanations, ex)
@@ -134,51 +149,61 @@ func (c *cycle) entryOf(i int) *entry {
 	return c.entryIdx[i]
 }
 
-// estimator gives the earliest time a request fits on some node by the
-// estimated ends of running and just-placed jobs, ignoring the queue ahead
-// of it: a lower bound on its start. One walk per distinct shape, up to
-// Policy.MaxEstimates shapes and a total budget of release steps.
-type estimator struct {
-	c      *cycle
-	evs    []release
-	cache  map[shapeKey]time.Time
-	budget int
-}
-
-const estimateBudget = 4 << 20 // release steps per cycle
-
-func (c *cycle) newEstimator() *estimator {
-	return &estimator{c: c, cache: map[shapeKey]time.Time{}, budget: estimateBudget}
-}
-
-func (es *estimator) start(r *jobReq) time.Time {
-	key := r.shape()
-	if t, ok := es.cache[key]; ok {
-		return t
+// estimates gives, per request shape, the earliest time it fits on some
+// node by the estimated ends of running and just-placed jobs, ignoring the
+// queue ahead of it: a lower bound on its start. One sweep over the releases
+// serves every shape; at most Policy.MaxEstimates shapes and estimateBudget
+// node checks per cycle (zero time = unknown).
+func (c *cycle) estimates(want []*jobReq) map[shapeKey]time.Time {
+	out := map[shapeKey]time.Time{}
+	if c.p.MaxEstimates < 0 {
+		return out
 	}
-	if es.c.p.MaxEstimates < 0 || len(es.cache) >= es.c.p.MaxEstimates || es.budget <= 0 {
-		return time.Time{}
-	}
-	if es.evs == nil {
-		es.evs = es.c.releases()
-	}
-	fut := &future{c: es.c, touched: map[int]*nodeWork{}}
-	var t time.Time
-walk:
-	for k := 0; k < len(es.evs) && es.budget > 0; {
-		at, b := es.evs[k].t, k
-		for ; k < len(es.evs) && es.evs[k].t.Equal(at); k++ {
-			ev := &es.evs[k]
-			fut.node(ev.node).release(ev.vec, ev.pk)
+	var open []*jobReq
+	seen := map[shapeKey]bool{}
+	for _, r := range want {
+		k := r.shape()
+		if !seen[k] && len(open) < c.p.MaxEstimates {
+			seen[k] = true
+			open = append(open, r)
 		}
-		es.budget -= k - b
-		for m := b; m < k; m++ {
-			if fut.get(es.evs[m].node).fits(r, es.c.scratch) {
-				t = at
-				break walk
+	}
+	if len(open) == 0 {
+		return out
+	}
+	evs := c.releases()
+	fut := &future{c: c, touched: make(map[int]*nodeWork)}
+	budget := estimateBudget
+	var batch []int
+	for k := 0; k < len(evs) && len(open) > 0 && budget > 0; {
+		at := evs[k].t
+		batch = batch[:0]
+		for ; k < len(evs) && evs[k].t.Equal(at); k++ {
+			ev := &evs[k]
+			fut.node(ev.node).release(ev.vec, ev.pk)
+			if len(batch) == 0 || batch[len(batch)-1] != ev.node {
+				batch = append(batch, ev.node)
 			}
 		}
+		kept := open[:0]
+		for _, r := range open {
+			found := false
+			for _, n := range batch {
+				budget--
+				if fut.get(n).fits(r, c.scratch) {
+					found = true
+					break
+				}
+			}
+			if found {
+				out[r.shape()] = at
+			} else {
+				kept = append(kept, r)
+			}
+		}
+		open = kept
 	}
-	es.cache[key] = t
-	return t
+	return out
 }
+
+const estimateBudget = 4 << 20 // node checks per cycle

@@ -1,34 +1,31 @@
 package engine
 
 import (
-	"math"
 	"strconv"
 	"strings"
 	"time"
 )
 
 // DefaultHalfLife reproduces the original's decay of 0.9 per hour:
-// 0.9^h = 2^(−h/H) ⇔ H = ln 2 / −ln 0.9 hours ≈ 6.579 h.
-var DefaultHalfLife = time.Duration(math.Ln2 / -math.Log(0.9) * float64(time.Hour))
+// 0.9^h = 2^(−h/H) ⇔ H = ln 2 / −ln 0.9 hours ≈ 6 h 34 m 44 s (6.579 h).
+const DefaultHalfLife = 23683728524258 * time.Nanosecond
 
-// DefaultBilling prices one second of each resource unit: a core 1, a GiB of
+// defaultBilling prices one second of each resource unit: a core 1, a GiB of
 // memory 0.25, a GPU 8; GPU memory, network and storage are free. A MIG
 // instance costs its compute slices / Policy.MIGSlices of a GPU.
-var DefaultBilling = [NumDims]float64{
-	DimCPU:    1.0 / 1000,
-	DimMemory: 0.25 / 1024,
-	DimGPU:    8,
+func defaultBilling() [NumDims]float64 {
+	return [NumDims]float64{DimCPU: 1.0 / 1000, DimMemory: 0.25 / 1024, DimGPU: 8}
 }
 
-// DefaultWeights are the priority formula's default coefficients.
-var DefaultWeights = Weights{Level: 1, Age: 0.5, FairShare: 2, Deadline: 1}
+// defaultWeights are the priority formula's default coefficients.
+func defaultWeights() Weights { return Weights{Level: 1, Age: 0.5, FairShare: 2, Deadline: 1} }
 
 // DefaultPolicy returns the policy a zero Policy stands for.
 func DefaultPolicy() Policy { return Policy{}.withDefaults() }
 
 func (p Policy) withDefaults() Policy {
 	if p.Weights == (Weights{}) {
-		p.Weights = DefaultWeights
+		p.Weights = defaultWeights()
 	}
 	if p.MaxAge == 0 {
 		p.MaxAge = 9
@@ -49,7 +46,7 @@ func (p Policy) withDefaults() Policy {
 		p.HalfLife = DefaultHalfLife
 	}
 	if p.Billing == ([NumDims]float64{}) {
-		p.Billing = DefaultBilling
+		p.Billing = defaultBilling()
 	}
 	if p.MIGSlices <= 0 {
 		p.MIGSlices = 7

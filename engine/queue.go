@@ -24,9 +24,15 @@ import (
 //     the latest first);
 //  3. P, higher first; 4. Submitted, earlier first; 5. ID.
 
-// Priority returns the priority formula's value for j and its factors. fs is
-// the fair-share factor of j's account (see FairShareFactors).
-func Priority(j *Job, now time.Time, p *Policy, fs float64) (float64, Factors) {
+// Priority returns the priority formula's value for j and its factors, under
+// policy p (zero fields take their defaults). fs is the fair-share factor of
+// j's account (Share.Factor from FairShares).
+func Priority(j Job, now time.Time, p Policy, fs float64) (float64, Factors) {
+	p = p.withDefaults()
+	return priority(&j, now, &p, fs)
+}
+
+func priority(j *Job, now time.Time, p *Policy, fs float64) (float64, Factors) {
 	f := Factors{Level: j.Priority, FairShare: fs}
 	if w := now.Sub(j.Submitted); w > 0 && !j.Submitted.IsZero() && !p.NoAging {
 		f.AgeHours = w.Hours()

@@ -344,6 +344,9 @@ func formatPlan(p engine.Plan, st engine.State, now time.Time, explain, showStat
 				}
 			}
 			status := "placed"
+			if e.Placed && e.Reason != "" {
+				status += "(" + string(e.Reason) + ")"
+			}
 			if !e.Placed {
 				status = string(e.Reason)
 			}

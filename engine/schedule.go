@@ -35,9 +35,6 @@ func Schedule(st State, snap Snapshot) (Plan, State) {
 	c.place()
 	c.explain()
 	c.commit()
-	if debugStats {
-		fmt.Printf("searches %d pops %d leaves %d placed %d walkpops %d fails %d failpops %d fallbacks %d\n", c.ix.searches, c.ix.pops, c.ix.leaves, len(c.placements), c.ix.walkPops, c.ix.fails, c.ix.failPops, c.ix.fallbacks)
-	}
 	return c.plan, c.state
 }
 
@@ -93,7 +90,8 @@ type cycle struct {
 	analyzed  map[shapeKey]*Rejection // per-shape failure analysis
 	scratch   []int
 	entryIdx  map[int]*entry
-	trial     bool // placing the second or later member of a gang: failures are not cached
+	cursor    map[shapeKey]int // where the last search for a shape ended (next-fit start)
+	trial     bool             // placing the second or later member of a gang: failures are not cached
 }
 
 func newCycle(st State, snap *Snapshot) *cycle {
@@ -129,6 +127,7 @@ func newCycle(st State, snap *Snapshot) *cycle {
 	c.ix = newNodeIndex(c.nodes)
 	c.failShape = map[shapeKey]*Rejection{}
 	c.analyzed = map[shapeKey]*Rejection{}
+	c.cursor = map[shapeKey]int{}
 	c.scratch = make([]int, 0, 64)
 	return c
 }
@@ -291,7 +290,7 @@ func (c *cycle) buildEntries() {
 		j := &pend[i]
 		a := c.as.lookup(c.accountName(j))
 		c.acctOf[i] = a
-		c.prio[i], c.factors[i] = Priority(j, c.now, &c.p, c.as.list[a].Factor)
+		c.prio[i], c.factors[i] = priority(j, c.now, &c.p, c.as.list[a].Factor)
 		if !c.valid[i] {
 			continue
 		}
@@ -572,8 +571,6 @@ func (c *cycle) placeEntry(e *entry) (Rejection, bool) {
 	return Rejection{}, true
 }
 
-var debugStats = true
-
 var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // take allocates job i on node n.
@@ -631,7 +628,7 @@ func (c *cycle) findNode(r *jobReq, s Strategy, end time.Time) (int, Rejection) 
 	best := -1
 	if s == Balanced {
 		var cands []int
-		c.ix.search(r, WorstFit, fits, func(i int) bool {
+		c.ix.search(r, WorstFit, c.cursor[key], fits, func(i int) bool {
 			cands = append(cands, i)
 			return len(cands) >= balancedCandidates
 		})
@@ -643,12 +640,12 @@ func (c *cycle) findNode(r *jobReq, s Strategy, end time.Time) (int, Rejection) 
 			}
 		}
 	} else {
-		c.ix.search(r, s, fits, func(i int) bool { best = i; return true })
+		c.ix.search(r, s, c.cursor[key], fits, func(i int) bool { best = i; return true })
 	}
 	if best >= 0 {
+		c.cursor[key] = best
 		return best, Rejection{}
 	}
-	c.ix.fails++
 	// Blocked only by the reservation?
 	if long {
 		for _, i := range slices.Sorted(maps.Keys(c.resv.nodes)) {

@@ -205,7 +205,7 @@ type Policy struct {
 
 	FairShareMode  FairShareMode
 	HalfLife       time.Duration       // usage half-life; default ln(0.5)/ln(0.9) hours ≈ 6h35m (the original's 0.9 per hour)
-	Billing        [NumDims]float64    // billing units per unit per second; zero value = DefaultBilling
+	Billing        [NumDims]float64    // billing units per unit per second; zero value = core 1, GiB memory 0.25, GPU 8, others 0
 	MIGSlices      int                 // compute slices of a full GPU, to price MIG profiles; default 7
 	Selection      Selection           // default SelectPriority
 	Quantum        float64             // DRR quantum of a 1-share account and lottery quantum, in billing-seconds; default 3600

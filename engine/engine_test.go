@@ -1,0 +1,195 @@
+package engine_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/computeboard/computeboard/engine"
+	et "github.com/computeboard/computeboard/engine/enginetest"
+)
+
+func TestFeasible(t *testing.T) {
+	nodes := []engine.Node{
+		et.Node("a").CPU(8).Mem(32).GPUs("A100", 2, 40).Storage("ssd", 100).Label("zone", "z1").Obj(),
+		et.Node("b").CPU(16).Mem(64).MIGGPU("A100", 80, "1g.10gb", "3g.40gb").Obj(),
+	}
+	tests := map[string]struct {
+		job        engine.Job
+		wantReason engine.Code // "" = feasible
+	}{
+		"fits":              {job: et.Job("j").CPU(4).Obj()},
+		"fits when busy":    {job: et.Job("j").CPU(16).Obj()},
+		"too big":           {job: et.Job("j").CPU(17).Obj(), wantReason: engine.ReasonImpossible},
+		"cpu and mem":       {job: et.Job("j").CPU(16).Mem(40).Obj()},
+		"cpu and mem apart": {job: et.Job("j").CPU(9).Mem(65).Obj(), wantReason: engine.ReasonImpossible},
+		"selector":          {job: et.Job("j").CPU(1).Selector("zone", "z2").Obj(), wantReason: engine.ReasonNoSuchNode},
+		"gpu model":         {job: et.Job("j").GPU(1).GPUModel("H100").Obj(), wantReason: engine.ReasonNoSuchGPU},
+		"gpu count":         {job: et.Job("j").GPU(3).Obj(), wantReason: engine.ReasonNoSuchGPU},
+		"gpu memory":        {job: et.Job("j").GPU(1).GPUMem(80).Obj(), wantReason: engine.ReasonNoSuchGPU},
+		"mig":               {job: et.Job("j").MIG("3g.40gb", 1).Obj()},
+		"mig missing":       {job: et.Job("j").MIG("7g.80gb", 1).Obj(), wantReason: engine.ReasonNoSuchMIG},
+		"mig count":         {job: et.Job("j").MIG("1g.10gb", 2).Obj(), wantReason: engine.ReasonNoSuchMIG},
+		"tier":              {job: et.Job("j").Storage("nvme", 1).Obj(), wantReason: engine.ReasonNoSuchTier},
+		"tier size":         {job: et.Job("j").Storage("ssd", 100).Obj()},
+		"bad priority":      {job: et.Job("j").Priority(10).Obj(), wantReason: engine.ReasonInvalid},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := engine.Feasible(nodes, tc.job)
+			switch {
+			case tc.wantReason == "" && got != nil:
+				t.Errorf("Feasible = %+v, want nil", got)
+			case tc.wantReason != "" && (got == nil || got.Reason != tc.wantReason || !got.Final || got.JobID != "j"):
+				t.Errorf("Feasible = %+v, want final %s", got, tc.wantReason)
+			}
+		})
+	}
+}
+
+func TestPriorityFormula(t *testing.T) {
+	now := et.Epoch.Add(10 * time.Hour)
+	tests := map[string]struct {
+		job        engine.Job
+		policy     engine.Policy
+		fs         float64
+		wantP      float64
+		wantUrg    float64
+		wantMissed bool
+	}{
+		"level only": {job: et.Job("j").Priority(7).Submitted(now).Obj(), wantP: 7},
+		"age 0.5/h":  {job: et.Job("j").Priority(0).Submitted(now.Add(-4 * time.Hour)).Obj(), wantP: 2},
+		"age capped": {job: et.Job("j").Priority(0).Submitted(et.Epoch.Add(-100 * time.Hour)).Obj(), wantP: 9},
+		"fair share": {job: et.Job("j").Priority(3).Submitted(now).Obj(), fs: 0.5, wantP: 4},
+		"slack = horizon": {job: et.Job("j").Priority(0).Submitted(now).Est(time.Hour).Deadline(now.Add(2 * time.Hour)).Obj(),
+			wantP: 0.5, wantUrg: 0.5},
+		"overdue": {job: et.Job("j").Priority(0).Submitted(now).Deadline(now.Add(-time.Minute)).Obj(),
+			wantP: 1, wantUrg: 1, wantMissed: true},
+		"custom weights": {job: et.Job("j").Priority(2).Submitted(now.Add(-2 * time.Hour)).Obj(), fs: 1,
+			policy: engine.Policy{Weights: engine.Weights{Level: 10, Age: 1, FairShare: 5}}, wantP: 27},
+		"no aging": {job: et.Job("j").Priority(1).Submitted(et.Epoch).Obj(), policy: engine.Policy{NoAging: true}, wantP: 1},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p, f := engine.Priority(tc.job, now, tc.policy, tc.fs)
+			if !near(p, tc.wantP, 1e-9) || !near(f.Urgency, tc.wantUrg, 1e-9) || f.DeadlineMiss != tc.wantMissed {
+				t.Errorf("Priority = %v %+v, want %v urgency %v missed %v", p, f, tc.wantP, tc.wantUrg, tc.wantMissed)
+			}
+		})
+	}
+}
+
+func TestResourcesJSON(t *testing.T) {
+	r := engine.Resources{engine.DimCPU: 2000, engine.DimGPU: 1, engine.DimHDD: 5}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"cpu":2000,"gpu":1,"hdd":5}`; string(b) != want {
+		t.Errorf("marshal = %s, want %s", b, want)
+	}
+	var back engine.Resources
+	if err := json.Unmarshal(b, &back); err != nil || back != r {
+		t.Errorf("round trip = %v, %v", back, err)
+	}
+	if err := json.Unmarshal([]byte(`{"tpu":1}`), &back); err == nil {
+		t.Error("unknown dimension accepted")
+	}
+	if got := r.String(); got != "cpu=2000 gpu=1 hdd=5" {
+		t.Errorf("String = %q", got)
+	}
+}
+
+// orderOf returns the job IDs in order position.
+func orderOf(p engine.Plan) []string {
+	var ids []string
+	for _, e := range p.Explanations {
+		if e.Position > 0 {
+			ids = append(ids, e.JobID)
+		}
+	}
+	return ids
+}
+
+func backlog(accounts []string, per int) []engine.Job {
+	var jobs []engine.Job
+	for _, a := range accounts {
+		for k := range per {
+			jobs = append(jobs, et.Job(fmt.Sprintf("%s%03d", a, k)).Account(a).Priority(5).CPU(1).Est(time.Hour).Obj())
+		}
+	}
+	return jobs
+}
+
+func accountsOf(ids []string) string {
+	var b strings.Builder
+	for _, id := range ids {
+		b.WriteByte(id[0])
+	}
+	return b.String()
+}
+
+// The original's DRR always returned the first candidate; ours rotates.
+func TestDRRRotates(t *testing.T) {
+	snap := engine.Snapshot{Now: et.Epoch, Policy: engine.Policy{Selection: engine.SelectDRR},
+		Accounts: []engine.Account{{Name: "a", Shares: 1}, {Name: "b", Shares: 1}, {Name: "c", Shares: 1}},
+		Pending:  backlog([]string{"a", "b", "c"}, 4)}
+	plan, _ := engine.Schedule(engine.State{}, snap)
+	if got := accountsOf(orderOf(plan)); got != "abcabcabcabc" {
+		t.Errorf("DRR order %s, want abcabcabcabc", got)
+	}
+}
+
+// The original's WFQ set virtual time to the wall clock, so a newcomer
+// starved; ours starts a newcomer at the current virtual time: it neither
+// starves nor gets a burst of credit.
+func TestWFQNewcomer(t *testing.T) {
+	st := engine.State{VirtualTime: 1e6, Accounts: map[string]engine.AccountState{"old": {Finish: 1e6, UsageAt: et.Epoch}}}
+	snap := engine.Snapshot{Now: et.Epoch, Policy: engine.Policy{Selection: engine.SelectWFQ},
+		Accounts: []engine.Account{{Name: "old", Shares: 1}, {Name: "new", Shares: 1}},
+		Pending:  backlog([]string{"old", "new"}, 5)}
+	plan, _ := engine.Schedule(st, snap)
+	if got := accountsOf(orderOf(plan)); got != "nononononono"[:10] {
+		t.Errorf("WFQ order %s, want alternating", got)
+	}
+}
+
+// Lottery draws are seeded: the same seed gives the same order; over many
+// draws each account wins in proportion to its shares.
+func TestLottery(t *testing.T) {
+	snap := engine.Snapshot{Now: et.Epoch, Seed: 9, Policy: engine.Policy{Selection: engine.SelectLottery},
+		Accounts: []engine.Account{{Name: "a", Shares: 1}, {Name: "b", Shares: 3}},
+		Pending:  backlog([]string{"a", "b"}, 2000)}
+	p1, _ := engine.Schedule(engine.State{}, snap)
+	p2, _ := engine.Schedule(engine.State{}, snap)
+	o1 := orderOf(p1)
+	if !slices.Equal(o1, orderOf(p2)) {
+		t.Fatal("same seed, different order")
+	}
+	snap.Seed = 10
+	p3, _ := engine.Schedule(engine.State{}, snap)
+	if slices.Equal(o1, orderOf(p3)) {
+		t.Error("different seeds gave the same order")
+	}
+	// Among the first 2000 positions b should hold about 3/4.
+	b := strings.Count(accountsOf(o1[:2000]), "b")
+	if b < 1440 || b > 1560 {
+		t.Errorf("b won %d of 2000 draws, want about 1500", b)
+	}
+}
+
+// Equal priority and equal submission time must not break anything (the
+// original's heap compared Job objects and raised TypeError).
+func TestTiesAreStable(t *testing.T) {
+	snap := engine.Snapshot{Now: et.Epoch, Nodes: []engine.Node{et.Node("n").CPU(2).Mem(4).Obj()}}
+	for _, id := range []string{"c", "a", "b"} {
+		snap.Pending = append(snap.Pending, et.Job(id).CPU(1).Obj())
+	}
+	plan, _ := engine.Schedule(engine.State{}, snap)
+	if got := orderOf(plan); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("order %v, want by ID", got)
+	}
+}
