@@ -15,9 +15,17 @@ import (
 
 	"github.com/computeboard/computeboard/internal/adapter"
 	"github.com/computeboard/computeboard/internal/redistest"
+	"github.com/computeboard/computeboard/providers/local"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) {
+	// In-process adapters re-execute this test binary as their tasks'
+	// supervisor, as the real binary does.
+	if len(os.Args) > 1 && os.Args[1] == local.SupervisorCommand {
+		os.Exit(local.SupervisorMain(os.Args[2:]))
+	}
+	redistest.Main(m)
+}
 
 // repoRoot is the repository root (the parent of this package).
 func repoRoot(t testing.TB) string {

@@ -51,6 +51,7 @@ broker:
   claim_idle: 2s
   lease_timeout: 5s
   module_rate: -1
+  module_max_waiting: -1
 %s`, board, node, countFile, countFile, node, extra)
 	return writeConfig(t, body)
 }
@@ -116,19 +117,25 @@ func postBurst(t *testing.T, st *blackboard.Store, module, template string, n in
 	return ids
 }
 
-// jobStatuses reads the job records' statuses for the request ids.
+// jobStatuses reads the statuses on the requests' compute.job entries
+// (the public contract; a rejected request has an entry but no record).
 func jobStatuses(t *testing.T, rdb redis.UniversalClient, st *blackboard.Store, ids []string) map[string]string {
 	t.Helper()
 	cmds := make([]*redis.StringCmd, len(ids))
 	_, _ = rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
 		for i, id := range ids {
-			cmds[i] = p.HGet(context.Background(), st.Keys().Job(wire.JobID(id)), "status")
+			cmds[i] = p.HGet(context.Background(), st.Keys().Entry(wire.JobID(id)), "data")
 		}
 		return nil
 	})
 	out := make(map[string]string, len(ids))
 	for i, c := range cmds {
-		out[ids[i]] = c.Val()
+		var jd wire.JobData
+		if c.Val() != "" && json.Unmarshal([]byte(c.Val()), &jd) == nil {
+			out[ids[i]] = string(jd.Status)
+		} else {
+			out[ids[i]] = ""
+		}
 	}
 	return out
 }
@@ -136,14 +143,20 @@ func jobStatuses(t *testing.T, rdb redis.UniversalClient, st *blackboard.Store, 
 func waitAllTerminal(t *testing.T, rdb redis.UniversalClient, st *blackboard.Store, ids []string, timeout time.Duration) map[string]string {
 	t.Helper()
 	var sts map[string]string
+	last := time.Now()
 	eventually(t, timeout, fmt.Sprintf("%d jobs to end", len(ids)), func() bool {
 		sts = jobStatuses(t, rdb, st, ids)
+		open := 0
 		for _, s := range sts {
 			if !wire.JobStatus(s).Terminal() {
-				return false
+				open++
 			}
 		}
-		return true
+		if time.Since(last) > 15*time.Second {
+			t.Logf("%d of %d jobs not ended yet", open, len(ids))
+			last = time.Now()
+		}
+		return open == 0
 	})
 	return sts
 }

@@ -114,6 +114,11 @@ type SchedulerConfig struct {
 	// Placement strategy: best-fit, first-fit, worst-fit, balanced,
 	// most-allocated (default best-fit).
 	Placement string `yaml:"placement"`
+	// MaxPending bounds the accepted jobs waiting in the engine (default
+	// 10000). Beyond it the adapter stops taking requests from the inbox,
+	// the inbox fills, and the broker stops reading Redis: backpressure
+	// all the way to the intake lanes, where requests wait safely.
+	MaxPending int `yaml:"max_pending"`
 }
 
 // TelemetryConfig tunes the metrics publisher.
@@ -223,6 +228,9 @@ func (c *Config) fill(getenv func(string) string) error {
 	}
 	if c.Scheduler.Interval == 0 {
 		c.Scheduler.Interval = Duration(200 * time.Millisecond)
+	}
+	if c.Scheduler.MaxPending == 0 {
+		c.Scheduler.MaxPending = 10000
 	}
 	if c.Scheduler.Seed == 0 {
 		c.Scheduler.Seed = 1

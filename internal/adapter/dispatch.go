@@ -67,6 +67,7 @@ type dispatcher struct {
 
 	incoming chan broker.Job // accepted jobs, from the intake goroutine
 	wake     chan struct{}   // one-slot: run a cycle soon
+	room     chan struct{}   // one-slot: a pending job left (intake may go on)
 
 	cancelMu sync.Mutex
 	cancels  []string // guarded by cancelMu: job IDs whose requests were retracted
@@ -104,8 +105,23 @@ func newDispatcher(cfg *Config, br jobBroker, prov providers.Provider, provName 
 		clock: clk, log: log, notify: notify,
 		incoming: make(chan broker.Job, 1024),
 		wake:     make(chan struct{}, 1),
+		room:     make(chan struct{}, 1),
 		pending:  map[string]*tracked{},
 		running:  map[string]*tracked{},
+	}
+}
+
+func (d *dispatcher) pendingCount() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.pending)
+}
+
+// roomMade tells a waiting intake that pending jobs left.
+func (d *dispatcher) roomMade() {
+	select {
+	case d.room <- struct{}{}:
+	default:
 	}
 }
 
@@ -125,9 +141,19 @@ func (d *dispatcher) OnCancel(c broker.Cancel) {
 }
 
 // Intake takes requests from the broker, makes them durable jobs and hands
-// them to the scheduling loop. It runs until ctx is done.
+// them to the scheduling loop. It runs until ctx is done. While
+// Scheduler.MaxPending jobs wait in the engine it takes nothing, so the
+// backlog stays in the inbox and, past its capacity, in Redis.
 func (d *dispatcher) Intake(ctx context.Context) error {
 	for {
+		for d.pendingCount()+len(d.incoming) >= d.cfg.Scheduler.MaxPending {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-d.room:
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
 		del, err := d.br.Next(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -445,6 +471,9 @@ func (d *dispatcher) schedule(ctx context.Context) bool {
 			d.rejectFinal(ctx, r)
 			changed = true
 		}
+	}
+	if changed {
+		d.roomMade()
 	}
 	return changed
 }

@@ -102,7 +102,13 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 	if err != nil {
 		return err
 	}
-	prov, err := local.New(local.Config{WorkDir: cfg.WorkDir, Logger: logger, Clock: clk, Env: baseEnv()})
+	// Each local task runs under a supervisor (this binary, re-executed)
+	// that records its outcome even if the adapter dies meanwhile.
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own executable for the task supervisor: %w", err)
+	}
+	prov, err := local.New(local.Config{WorkDir: cfg.WorkDir, Logger: logger, Clock: clk, Env: baseEnv(), SupervisorPath: exe})
 	if err != nil {
 		return err
 	}

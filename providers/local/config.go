@@ -40,6 +40,18 @@ type Config struct {
 	// MaxConcurrent caps the tasks running at once; beyond it Start returns
 	// providers.ErrAtCapacity (default 0: no cap).
 	MaxConcurrent int
+	// SupervisorPath is an absolute path to an executable that runs
+	// SupervisorMain when its first argument is SupervisorCommand (the
+	// adapter binary itself; see SupervisorMain for the wiring). Each task
+	// then runs under its own small supervisor process, which outlives this
+	// one: a task's outcome is recorded, and its timeout enforced, even if
+	// the adapter dies while it runs, and a restarted adapter reports the
+	// real outcome. The supervisor stamps FinishedAt by the wall clock
+	// (never before StartedAt), not by Clock.
+	//
+	// Empty (the default) watches tasks in this process: a task that ends
+	// while no adapter is running is then reported lost.
+	SupervisorPath string
 }
 
 // withDefaults returns cfg with defaults filled in, or why it is invalid.
@@ -76,6 +88,18 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.MaxConcurrent < 0 {
 		return cfg, fmt.Errorf("local: config: negative MaxConcurrent %d", cfg.MaxConcurrent)
+	}
+	if cfg.SupervisorPath != "" {
+		if !filepath.IsAbs(cfg.SupervisorPath) {
+			return cfg, fmt.Errorf("local: config: SupervisorPath %q is not an absolute path", cfg.SupervisorPath)
+		}
+		fi, err := os.Stat(cfg.SupervisorPath)
+		if err != nil {
+			return cfg, fmt.Errorf("local: config: SupervisorPath: %w", err)
+		}
+		if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			return cfg, fmt.Errorf("local: config: SupervisorPath %s is not an executable file", cfg.SupervisorPath)
+		}
 	}
 	return cfg, nil
 }

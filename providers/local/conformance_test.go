@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"log/slog"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -11,22 +12,51 @@ import (
 	"github.com/computeboard/computeboard/providers/providertest"
 )
 
+// TestConformance runs the suite against both ways of watching a task:
+// through a supervisor process (as the adapter does) and in-process.
 func TestConformance(t *testing.T) {
-	providertest.Run(t, func(t *testing.T) providers.Provider {
-		return newTestProvider(t, Config{})
-	}, providertest.Commands{
+	cmds := providertest.Commands{
 		Print:        func(s string) []string { return helper(t, "print", s) },
 		Exit:         func(code int) []string { return helper(t, "exit", strconv.Itoa(code)) },
 		Sleep:        helper(t, "sleep"),
 		PrintEnv:     func(name string) []string { return helper(t, "env", name) },
 		PrintPayload: helper(t, "payload"),
 		Env:          map[string]string{helperEnv: "1"},
+	}
+	t.Run("supervised", func(t *testing.T) {
+		t.Parallel()
+		providertest.Run(t, func(t *testing.T) providers.Provider {
+			return newTestProvider(t, Config{})
+		}, cmds)
+	})
+	t.Run("in-process", func(t *testing.T) {
+		t.Parallel()
+		providertest.Run(t, func(t *testing.T) providers.Provider {
+			return newDirectProvider(t, Config{})
+		}, cmds)
 	})
 }
 
 // newTestProvider returns a Provider on a fresh work dir, logging to the
-// test, closed when the test ends. Unset fields of cfg get test defaults.
+// test, closed when the test ends, whose tasks run under supervisors (this
+// test binary; see TestMain). Unset fields of cfg get test defaults.
 func newTestProvider(t *testing.T, cfg Config) *Provider {
+	t.Helper()
+	if cfg.SupervisorPath == "" {
+		cfg.SupervisorPath = testBinary(t)
+	}
+	return newProvider(t, cfg)
+}
+
+// newDirectProvider is newTestProvider without a supervisor: the provider
+// watches its tasks in-process.
+func newDirectProvider(t *testing.T, cfg Config) *Provider {
+	t.Helper()
+	cfg.SupervisorPath = ""
+	return newProvider(t, cfg)
+}
+
+func newProvider(t *testing.T, cfg Config) *Provider {
 	t.Helper()
 	if cfg.WorkDir == "" {
 		cfg.WorkDir = t.TempDir()
@@ -46,4 +76,14 @@ func newTestProvider(t *testing.T, cfg Config) *Provider {
 		}
 	})
 	return p
+}
+
+// testBinary is the absolute path of this test binary.
+func testBinary(t testing.TB) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exe
 }

@@ -1,10 +1,12 @@
 package local
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -19,7 +21,23 @@ import (
 // such a process to helperMain instead of running tests.
 const helperEnv = "COMPUTEBOARD_LOCAL_TEST_HELPER"
 
+// stuckSupervisor: this test binary run under this name (through a
+// symbolic link) plays a supervisor that hangs.
+const stuckSupervisor = "stuck-supervisor"
+
+// The test binary is also the tests' supervisor (Config.SupervisorPath),
+// dispatched on SupervisorCommand exactly as SupervisorMain's doc tells an
+// adapter to do it.
 func TestMain(m *testing.M) {
+	if filepath.Base(os.Args[0]) == stuckSupervisor {
+		// A misconfigured SupervisorPath that never answers, nor exits on
+		// SIGTERM.
+		signal.Ignore(syscall.SIGTERM)
+		sleepForever()
+	}
+	if len(os.Args) > 1 && os.Args[1] == SupervisorCommand {
+		os.Exit(SupervisorMain(os.Args[2:]))
+	}
 	if os.Getenv(helperEnv) == "1" {
 		os.Exit(helperMain(os.Args[1:]))
 	}
@@ -40,6 +58,14 @@ func TestMain(m *testing.M) {
 //	                 write "<grandchild pid>\n" to stdout, then: MODE
 //	                 "stay" sleeps, "leave" exits 0, "stubborn" has both
 //	                 ignore SIGTERM and sleep.
+//	exit-when F N    write "ran\n" to stdout, wait until file F exists,
+//	                 then exit with code N
+//	adapter DIR ID TIMEOUT ARGV...
+//	                 play an adapter: start task ID (ARGV, with this
+//	                 helper switch in its env) on a supervised provider on
+//	                 work dir DIR, write the task ID and a newline to
+//	                 stdout once Start has returned, then sleep until
+//	                 killed
 func helperMain(args []string) int {
 	if len(args) == 0 {
 		fmt.Fprintln(os.Stderr, "helper: no command")
@@ -95,6 +121,37 @@ func helperMain(args []string) int {
 			return 0
 		}
 		sleepForever()
+	case "exit-when":
+		fmt.Println("ran")
+		for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline); {
+			if _, err := os.Stat(arg(1)); err == nil {
+				n, _ := strconv.Atoi(arg(2))
+				return n
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return 99
+	case "adapter":
+		timeout, err := time.ParseDuration(arg(3))
+		if err != nil || len(args) < 5 {
+			fmt.Fprintln(os.Stderr, "helper: adapter DIR ID TIMEOUT ARGV...")
+			return 2
+		}
+		exe, _ := os.Executable()
+		p, err := New(Config{WorkDir: arg(1), SupervisorPath: exe})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		h, err := p.Start(context.Background(), providers.Task{
+			ID: arg(2), Argv: args[4:], Env: map[string]string{helperEnv: "1"}, Timeout: timeout,
+		})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Println(h.ID)
+		sleepForever() // the test SIGKILLs us: an adapter crash
 	default:
 		fmt.Fprintf(os.Stderr, "helper: unknown command %q\n", args[0])
 		return 2

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -41,6 +42,8 @@ type Provider struct {
 	clock   Clock
 	grace   time.Duration
 	max     int
+	// supervisor is Config.SupervisorPath: "" to watch tasks in-process.
+	supervisor string
 
 	// wg counts waiter goroutines, one per started task (see wait). It is
 	// incremented in reserve, under mu, so Close never races an Add.
@@ -70,11 +73,14 @@ func New(cfg Config) (*Provider, error) {
 		grace:   cfg.KillGrace,
 		max:     cfg.MaxConcurrent,
 		tasks:   make(map[string]*task),
+
+		supervisor: cfg.SupervisorPath,
 	}, nil
 }
 
-// Start launches t as a child process in its own process group and returns
-// once the process exists.
+// Start launches t as a process in its own process group (a child of this
+// process, or of the task's supervisor) and returns once the process
+// exists. ctx bounds the handshake with a supervisor.
 func (p *Provider) Start(ctx context.Context, t providers.Task) (providers.Handle, error) {
 	if err := validate(t); err != nil {
 		return providers.Handle{}, fmt.Errorf("local: start %q: %w", t.ID, err)
@@ -99,9 +105,13 @@ func (p *Provider) Start(ctx context.Context, t providers.Task) (providers.Handl
 		p.wait(tk)
 	}()
 	if closed { // Close ran while we launched; it did not see this task
-		tk.cancel(errClosed)
+		tk.requestStop(errClosed)
 	}
-	p.log.Debug("task started", "job", t.ID, "pid", tk.pgid)
+	if tk.sup != nil {
+		p.log.Debug("task started", "job", t.ID, "pid", tk.pgid, "supervisor", tk.sup.Process.Pid)
+	} else {
+		p.log.Debug("task started", "job", t.ID, "pid", tk.pgid)
+	}
 	return providers.Handle{Provider: p.name, ID: t.ID}, nil
 }
 
@@ -178,32 +188,67 @@ func (p *Provider) pollDisk(id string) (providers.Status, error) {
 		return providers.Status{}, fmt.Errorf("%w: recorded for %s/%s", providers.ErrUnknownHandle, rec.Provider, rec.TaskID)
 	}
 	st.StartedAt = rec.StartedAt
-	state, why := rec.identify()
-	if why != "" {
-		st.State, st.Error = providers.StateLost, why
+	live := rec.identify()
+	switch {
+	case live.leader != 0:
+		st.State, st.Suspended = providers.StateRunning, live.leader == 'T'
+		return st, nil
+	case live.supervisor:
+		// The task's process has ended and its supervisor is clearing up
+		// the group and recording the outcome.
+		st.State = providers.StateRunning
 		return st, nil
 	}
-	st.State, st.Suspended = providers.StateRunning, state == 'T'
+	// Nothing is left to observe. The outcome may have been published
+	// since we first looked (a supervisor records it before it exits).
+	if ex, err := readExit(dir); err == nil {
+		return ex.status(dir), nil
+	}
+	st.State, st.Error = providers.StateLost, live.why
 	return st, nil
 }
 
-// identify checks that the recorded process is still alive and still the
-// same process. It returns the /proc state letter, or why it cannot be
-// trusted to be the task.
-func (r stateRecord) identify() (state byte, why string) {
+// liveness is what identify finds of a recorded task's processes.
+type liveness struct {
+	leader     byte   // the leader's /proc state letter if it is alive and provably the task; 0 if not
+	supervisor bool   // the task's supervisor is alive and provably the one recorded
+	why        string // when neither is: why the task cannot be observed
+}
+
+// identify checks whether the recorded processes are still alive and still
+// the same processes (same boot, pid and start time).
+func (r stateRecord) identify() liveness {
 	const unknown = "the adapter that started it is gone, so its exit status is unknown"
 	boot, err := bootID()
 	if err != nil || r.BootID == "" || r.StartTicks == 0 {
-		return 0, "process identity cannot be checked; " + unknown
+		return liveness{why: "process identity cannot be checked; " + unknown}
 	}
 	if boot != r.BootID {
-		return 0, "the machine rebooted since the task started"
+		return liveness{why: "the machine rebooted since the task started"}
 	}
-	st, _, ticks, err := procStat(r.PID)
-	if err != nil || dead(st) || ticks != r.StartTicks {
-		return 0, "process ended; " + unknown
+	var live liveness
+	if st, _, ticks, err := procStat(r.PID); err == nil && !dead(st) && ticks == r.StartTicks {
+		live.leader = st
 	}
-	return st, ""
+	live.supervisor = r.supervisorAlive()
+	switch {
+	case live.leader != 0 || live.supervisor:
+	case r.SupervisorPID != 0:
+		live.why = "the task's supervisor ended without recording its outcome"
+	default:
+		live.why = "process ended; " + unknown
+	}
+	return live
+}
+
+// supervisorAlive reports whether the recorded supervisor is alive and
+// provably the same process. The caller has checked the boot ID.
+func (r stateRecord) supervisorAlive() bool {
+	if r.SupervisorPID <= 0 || r.SupervisorStartTicks == 0 {
+		return false
+	}
+	st, _, ticks, err := procStat(r.SupervisorPID)
+	return err == nil && !dead(st) && ticks == r.SupervisorStartTicks
 }
 
 // Stop cancels the task (SIGTERM to its process group, SIGKILL after
@@ -222,7 +267,7 @@ func (p *Provider) Stop(ctx context.Context, h providers.Handle) error {
 		}
 		return nil
 	}
-	tk.cancel(errStopped) // no effect if it already ended or was cancelled
+	tk.requestStop(errStopped) // no effect if it already ended or was asked to stop
 	select {
 	case <-tk.done:
 		return nil
@@ -231,10 +276,15 @@ func (p *Provider) Stop(ctx context.Context, h providers.Handle) error {
 	}
 }
 
-// stopAdopted stops a task started by an earlier adapter process, if it
-// is still alive and provably the same process. Its exit status cannot be
-// known (this process is not its parent), so it is recorded as cancelled
-// without an exit code.
+// stopAdopted stops a task this instance did not start (an earlier
+// adapter process did, or another instance on the same WorkDir), if it is
+// still alive and provably the same process.
+//
+// A supervised task is stopped through its supervisor, which records the
+// real outcome (cancelled, with the exit code if the task exited on its
+// own terms). Without a live supervisor the process group is signalled
+// directly; the exit status then cannot be known (this process is not the
+// task's parent), so the task is recorded cancelled without an exit code.
 func (p *Provider) stopAdopted(ctx context.Context, id string) error {
 	st, err := p.pollDisk(id)
 	if err != nil {
@@ -248,19 +298,71 @@ func (p *Provider) stopAdopted(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	if rec.SupervisorPID != 0 {
+		recorded, err := p.stopViaSupervisor(ctx, dir, rec)
+		if err != nil || recorded {
+			return err
+		}
+		// The supervisor is gone and recorded nothing: stop what is left of
+		// the task ourselves.
+	}
+	if rec.identify().leader == 0 {
+		// It ended on its own since pollDisk looked: nothing was stopped,
+		// and Poll now reports what is known of it (recorded or lost).
+		return nil
+	}
 	// identify just checked rec.PID; the group cannot be reused while its
 	// leader (even as a zombie) or any member exists.
 	terminate(rec.PGID)
-	if err := p.drainGroup(ctx, rec.PGID, p.grace); err != nil {
+	if err := drainGroup(ctx, rec.PGID, p.grace); err != nil {
 		return err
-	}
-	if exists(filepath.Join(dir, fileExit)) {
-		return nil
 	}
 	st.State, st.Suspended = providers.StateCancelled, false
 	st.Error = "stopped after an adapter restart; exit status unknown"
 	st.FinishedAt = p.clock.Now()
-	return writeRecord(dir, fileExit, exitRecordOf(st))
+	if err := publishRecord(dir, fileExit, exitRecordOf(st)); err != nil && !errors.Is(err, errRecordExists) {
+		return err
+	}
+	return nil
+}
+
+// stopViaSupervisor asks a live supervisor to stop its task and waits,
+// bounded by ctx, until the outcome is recorded. It reports false (and no
+// error) if the supervisor is gone, or goes, without recording one.
+func (p *Provider) stopViaSupervisor(ctx context.Context, dir string, rec stateRecord) (recorded bool, err error) {
+	exitPath := filepath.Join(dir, fileExit)
+	// On Linux the handle is a pidfd, taken before the identity check: if
+	// the check passes, the handle is that process and stays so.
+	proc, err := os.FindProcess(rec.SupervisorPID)
+	if err != nil {
+		return false, nil
+	}
+	defer proc.Release()
+	if !rec.identify().supervisor {
+		return exists(exitPath), nil
+	}
+	stop := stopRecord{Version: recordVersion, Cause: errStopped.Error(), RequestedAt: p.clock.Now()}
+	if err := publishRecord(dir, fileStop, stop); err != nil && !errors.Is(err, errRecordExists) {
+		p.log.Warn("stop request not recorded; the task will be stopped with a vaguer reason", "job", rec.TaskID, "err", err)
+	}
+	_ = proc.Signal(syscall.SIGTERM)
+	// It is not our child, so it cannot be waited on: poll. A stop takes
+	// it up to about 2×KillGrace.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if exists(exitPath) {
+			return true, nil
+		}
+		if !rec.supervisorAlive() {
+			return exists(exitPath), nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return false, context.Cause(ctx)
+		}
+	}
 }
 
 // Close stops every task this instance is running and waits, bounded by
@@ -272,7 +374,7 @@ func (p *Provider) Close(ctx context.Context) error {
 	tasks := slices.Collect(maps.Values(p.tasks))
 	p.mu.Unlock()
 	for _, tk := range tasks {
-		tk.cancel(errClosed)
+		tk.requestStop(errClosed)
 	}
 	done := make(chan struct{})
 	go func() { // ends when the last waiter ends; waiters end within about 2×KillGrace
@@ -348,44 +450,4 @@ func (p *Provider) environ(t providers.Task, payload string) []string {
 		env = append(env, k+"="+m[k])
 	}
 	return env
-}
-
-// terminate asks every process in the group to end. SIGCONT follows
-// SIGTERM so that a suspended group can act on it.
-func terminate(pgid int) {
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	_ = syscall.Kill(-pgid, syscall.SIGCONT)
-}
-
-// errSurvivors: processes outlived SIGKILL (stuck in the kernel, say).
-var errSurvivors = errors.New("processes in the group survived SIGKILL")
-
-// drainGroup waits until process group pgid has no live member, sending
-// SIGKILL to the group once grace has passed, then waiting up to grace
-// (at least a second) more. It polls because a process group cannot be
-// waited on.
-func (p *Provider) drainGroup(ctx context.Context, pgid int, grace time.Duration) error {
-	if !groupAlive(pgid) {
-		return nil
-	}
-	deadline := time.NewTimer(max(grace, 0))
-	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	killed := false
-	for groupAlive(pgid) {
-		select {
-		case <-deadline.C:
-			if killed {
-				return errSurvivors
-			}
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			killed = true
-			deadline.Reset(max(grace, time.Second))
-		case <-tick.C:
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-	}
-	return nil
 }

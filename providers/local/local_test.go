@@ -19,11 +19,14 @@ import (
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	tests := map[string]Config{
-		"no work dir":           {},
-		"negative kill grace":   {WorkDir: t.TempDir(), KillGrace: -time.Second},
-		"negative max":          {WorkDir: t.TempDir(), MaxConcurrent: -1},
-		"bad env name":          {WorkDir: t.TempDir(), Env: map[string]string{"A=B": "c"}},
-		"work dir is not a dir": {WorkDir: filepath.Join(writeFile(t, "file", ""), "sub")},
+		"no work dir":               {},
+		"negative kill grace":       {WorkDir: t.TempDir(), KillGrace: -time.Second},
+		"negative max":              {WorkDir: t.TempDir(), MaxConcurrent: -1},
+		"bad env name":              {WorkDir: t.TempDir(), Env: map[string]string{"A=B": "c"}},
+		"work dir is not a dir":     {WorkDir: filepath.Join(writeFile(t, "file", ""), "sub")},
+		"relative supervisor":       {WorkDir: t.TempDir(), SupervisorPath: "adapter"},
+		"missing supervisor":        {WorkDir: t.TempDir(), SupervisorPath: "/nonexistent/adapter"},
+		"supervisor not executable": {WorkDir: t.TempDir(), SupervisorPath: writeFile(t, "adapter", "")},
 	}
 	for name, cfg := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -307,8 +310,14 @@ func TestMaxConcurrent(t *testing.T) {
 
 func TestClose(t *testing.T) {
 	t.Parallel()
+	t.Run("supervised", func(t *testing.T) { testClose(t, testBinary(t)) })
+	t.Run("in-process", func(t *testing.T) { testClose(t, "") })
+}
+
+func testClose(t *testing.T, supervisor string) {
+	t.Parallel()
 	dir := t.TempDir()
-	p, err := New(Config{WorkDir: dir})
+	p, err := New(Config{WorkDir: dir, SupervisorPath: supervisor})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,24 +18,41 @@ const (
 	fileStderr  = "stderr"
 	filePayload = "payload"
 	fileState   = "state" // stateRecord, written once after the process starts
-	fileExit    = "exit"  // exitRecord, written once when the task ends
+	fileExit    = "exit"  // exitRecord, published once when the task ends
+	fileStop    = "stop"  // stopRecord, published once when a stop is requested (supervised tasks)
 )
 
 const recordVersion = 1
 
-// stateRecord identifies a task's process well enough for a later adapter
-// to tell "still that process" from "gone" (pids are reused; pid plus start
-// time plus boot ID is not).
+// stateRecord identifies a task's process, and its supervisor if it has
+// one, well enough for a later adapter to tell "still that process" from
+// "gone" (pids are reused; pid plus start time plus boot ID is not).
+//
+// The supervisor fields were added without a version bump: a record without
+// them (SupervisorPID 0) describes a task the provider watched in-process,
+// and older readers ignore them.
 type stateRecord struct {
 	Version    int               `json:"version"`
 	Provider   string            `json:"provider"`
 	TaskID     string            `json:"task_id"`
-	PID        int               `json:"pid"`
-	PGID       int               `json:"pgid"`
+	PID        int               `json:"pid"`         // the task's leader
+	PGID       int               `json:"pgid"`        // the task's process group (= PID)
 	StartTicks uint64            `json:"start_ticks"` // /proc/<pid>/stat field 22; 0 = unknown
 	BootID     string            `json:"boot_id"`     // /proc/sys/kernel/random/boot_id; "" = unknown
 	StartedAt  time.Time         `json:"started_at"`
 	Labels     map[string]string `json:"labels,omitempty"`
+
+	SupervisorPID        int    `json:"supervisor_pid,omitempty"`         // 0: no supervisor
+	SupervisorStartTicks uint64 `json:"supervisor_start_ticks,omitempty"` // 0 = unknown
+}
+
+// stopRecord asks a task's supervisor to stop the task, and says why. It is
+// published before the supervisor is sent SIGTERM, so the supervisor finds
+// it when the signal arrives; the first request wins.
+type stopRecord struct {
+	Version     int       `json:"version"`
+	Cause       string    `json:"cause"` // becomes Status.Error of the cancelled task
+	RequestedAt time.Time `json:"requested_at"`
 }
 
 // exitRecord is a task's outcome.
@@ -66,17 +83,71 @@ func (r exitRecord) status(dir string) providers.Status {
 }
 
 // writeRecord writes v as JSON to dir/name atomically (temp file, fsync,
-// rename), so a reader sees the whole record or none.
+// rename), so a reader sees the whole record or none. It replaces any
+// record already there: use it only for records with a single writer.
 func writeRecord(dir, name string, v any) error {
+	tmp, err := writeTemp(dir, name, v)
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, name))
+	}
+	if err != nil {
+		if tmp != "" {
+			os.Remove(tmp)
+		}
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return nil
+}
+
+// errRecordExists: publishRecord found a record already in place.
+var errRecordExists = errors.New("record already published")
+
+// publishRecord writes v as JSON to dir/name unless a record is already
+// there, and returns errRecordExists if one is: the first complete record
+// wins, and no record is ever replaced. It writes a temp file, fsyncs it
+// and hard-links it into place, because link(2), unlike rename(2), fails
+// when the name exists; so a reader sees the whole record or none, and two
+// writers racing (a supervisor and an adapter, or two adapters) cannot
+// both win. On a filesystem without hard links it falls back to rename
+// after checking that the name is free, which narrows the race to that
+// instant instead of closing it.
+func publishRecord(dir, name string, v any) error {
+	tmp, err := writeTemp(dir, name, v)
+	if err != nil {
+		if tmp != "" {
+			os.Remove(tmp)
+		}
+		return fmt.Errorf("publish %s: %w", name, err)
+	}
+	defer os.Remove(tmp) // after a link, only the temp name goes
+	final := filepath.Join(dir, name)
+	err = os.Link(tmp, final)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, fs.ErrExist):
+		return errRecordExists
+	case exists(final):
+		return errRecordExists
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return fmt.Errorf("publish %s: %w", name, err)
+	}
+	return nil
+}
+
+// writeTemp writes v as a JSON line to a new temp file in dir and syncs
+// it. It returns the temp file's name, also with an error once the file
+// exists, so the caller can remove it.
+func writeTemp(dir, name string, v any) (string, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return err
+		return "", err
 	}
 	f, err := os.CreateTemp(dir, "."+name+".*")
 	if err != nil {
-		return err
+		return "", err
 	}
-	tmp := f.Name()
 	_, err = f.Write(append(b, '\n'))
 	if err == nil {
 		err = f.Sync()
@@ -84,14 +155,7 @@ func writeRecord(dir, name string, v any) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, name))
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	return nil
+	return f.Name(), err
 }
 
 // readRecord reads dir/name into v. A missing file is fs.ErrNotExist.
@@ -122,11 +186,25 @@ func readExit(dir string) (exitRecord, error) {
 	if err := readRecord(dir, fileExit, &r); err != nil {
 		return r, err
 	}
-	if r.Version != recordVersion || !r.State.Terminal() {
+	if !r.valid() {
 		return r, fmt.Errorf("read %s: unsupported version %d or state %q", fileExit, r.Version, r.State)
 	}
 	return r, nil
 }
+
+func readStop(dir string) (stopRecord, error) {
+	var r stopRecord
+	if err := readRecord(dir, fileStop, &r); err != nil {
+		return r, err
+	}
+	if r.Version != recordVersion || r.Cause == "" {
+		return r, fmt.Errorf("read %s: unsupported version %d or empty cause", fileStop, r.Version)
+	}
+	return r, nil
+}
+
+// valid reports whether r is a complete outcome this version understands.
+func (r exitRecord) valid() bool { return r.Version == recordVersion && r.State.Terminal() }
 
 func exists(path string) bool {
 	_, err := os.Stat(path)

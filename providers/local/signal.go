@@ -75,7 +75,12 @@ func (p *Provider) signalTask(id string, sig syscall.Signal) error {
 	if err != nil {
 		return err
 	}
-	// pollDisk has just matched the pid, start time and boot ID.
+	// Only while the leader itself is provably the task: a supervised task
+	// whose leader has ended is still "running" while its supervisor clears
+	// up, but its group ID is no longer safe to signal.
+	if rec.identify().leader == 0 {
+		return providers.ErrNotRunning
+	}
 	if err := syscall.Kill(-rec.PGID, sig); err != nil {
 		if errors.Is(err, syscall.ESRCH) {
 			return providers.ErrNotRunning

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -15,23 +17,29 @@ import (
 	"github.com/computeboard/computeboard/providers"
 )
 
-// task is one child process started by this Provider instance.
+// task is one task started by this Provider instance. Its process is
+// watched either by this process (cmd set: no supervisor configured) or by
+// a supervisor process (sup set).
 type task struct {
 	id        string
 	dir       string
-	cmd       *exec.Cmd
-	pgid      int // the leader's pid: Setpgid makes a group named after it
+	pgid      int // the task's process group: its leader's pid
 	startedAt time.Time
-	timeout   time.Duration
 
-	ctx     context.Context         // the process context; its cause says who ended it
-	cancel  context.CancelCauseFunc // stop with errStopped or errClosed; idempotent
-	release context.CancelFunc      // frees the timeout timer
+	// Without a supervisor: the task's own process, and what supervise
+	// needs to watch it in the waiter goroutine.
+	cmd      *exec.Cmd
+	spec     *taskSpec
+	deadline time.Time
+	stopc    chan error // capacity 1; receives the first stop cause
 
-	// cancelAt is set by cmd.Cancel when the process context ended before
-	// the process did, i.e. when we asked it to stop. Written by exec's
-	// context watcher, read by wait after cmd.Wait.
-	cancelAt atomic.Pointer[time.Time]
+	// With a supervisor: its process and the read end of its status pipe.
+	sup        *exec.Cmd
+	statusPipe *os.File
+	statusIn   *bufio.Reader // owned by the waiter once Start returns
+
+	stopOnce sync.Once
+	cause    atomic.Pointer[error] // the first stop cause, once requested
 
 	done chan struct{} // closed by wait once final is set
 
@@ -39,7 +47,8 @@ type task struct {
 	final     *providers.Status // set once by wait; guarded by Provider.mu
 }
 
-// launch prepares the task directory and starts the process.
+// launch prepares the task directory and starts the process, or the
+// supervisor that starts it.
 func (p *Provider) launch(ctx context.Context, t providers.Task) (_ *task, err error) {
 	dir := p.taskDir(t.ID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -68,55 +77,32 @@ func (p *Provider) launch(ctx context.Context, t providers.Task) (_ *task, err e
 	}
 	defer stderr.Close()
 
-	// The process outlives the Start call: its context keeps ctx's values
-	// but not its cancellation.
-	pctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	release := context.CancelFunc(func() {})
-	if t.Timeout > 0 {
-		pctx, release = context.WithTimeoutCause(pctx, t.Timeout, errTimedOut)
+	cwd := t.Dir
+	if cwd == "" {
+		cwd = dir
 	}
-	tk := &task{
-		id: t.ID, dir: dir, timeout: t.Timeout,
-		ctx: pctx, cancel: cancel, release: release,
-		done: make(chan struct{}),
+	spec := &taskSpec{
+		Provider: p.name, TaskID: t.ID, Argv: t.Argv, Env: p.environ(t, payload), Cwd: cwd,
+		Timeout: t.Timeout, KillGrace: p.grace, StartedAt: p.clock.Now(), Labels: t.Labels,
 	}
-	cmd := exec.CommandContext(pctx, t.Argv[0], t.Argv[1:]...)
-	cmd.Dir = t.Dir
-	if cmd.Dir == "" {
-		cmd.Dir = dir
+	tk := &task{id: t.ID, dir: dir, startedAt: spec.StartedAt, done: make(chan struct{})}
+	if p.supervisor != "" {
+		if err := p.launchSupervised(ctx, tk, spec, stdout, stderr); err != nil {
+			return nil, err
+		}
+		return tk, nil
 	}
-	cmd.Env = p.environ(t, payload)
-	cmd.Stdout, cmd.Stderr = stdout, stderr // files, so exec starts no copying goroutines
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error {
-		now := time.Now()
-		tk.cancelAt.Store(&now)
-		terminate(cmd.Process.Pid)
-		return nil
-	}
-	// After WaitDelay exec SIGKILLs the leader; wait then SIGKILLs the rest
-	// of the group (see sweep).
-	cmd.WaitDelay = p.grace
-	if err := cmd.Start(); err != nil {
-		cancel(nil)
-		release()
+	deadline := time.Now().Add(t.Timeout)
+	cmd, stateErr, err := startTask(dir, spec, stdout, stderr, procIdentity{})
+	if err != nil {
 		return nil, err
 	}
-	tk.cmd, tk.pgid, tk.startedAt = cmd, cmd.Process.Pid, p.clock.Now()
-
-	rec := stateRecord{
-		Version: recordVersion, Provider: p.name, TaskID: t.ID,
-		PID: tk.pgid, PGID: tk.pgid, StartedAt: tk.startedAt, Labels: t.Labels,
-	}
-	// The child is not reaped before wait runs, so /proc/<pid> is there.
-	if _, _, ticks, err := procStat(tk.pgid); err == nil {
-		rec.StartTicks = ticks
-	}
-	rec.BootID, _ = bootID()
-	if err := writeRecord(dir, fileState, rec); err != nil {
+	if stateErr != nil {
 		// The task runs fine without it; only a restarted adapter loses it.
-		p.log.Warn("task state not recorded; a restarted adapter will report it lost", "job", t.ID, "err", err)
+		p.log.Warn("task state not recorded; a restarted adapter will report it lost", "job", t.ID, "err", stateErr)
 	}
+	tk.cmd, tk.spec, tk.deadline, tk.pgid = cmd, spec, deadline, cmd.Process.Pid
+	tk.stopc = make(chan error, 1)
 	return tk, nil
 }
 
@@ -124,44 +110,53 @@ func createOutput(dir, name string) (*os.File, error) {
 	return os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 }
 
-// wait is the task's waiter goroutine: it reaps the process, clears out
-// the rest of its process group, records the outcome and releases the
+// requestStop asks the task to stop, for cause (errStopped or errClosed);
+// only the first request counts. It returns at once: the waiter, or the
+// supervisor, stops the process group and records the outcome.
+func (tk *task) requestStop(cause error) {
+	select {
+	case <-tk.done:
+		return // nothing left to stop
+	default:
+	}
+	tk.stopOnce.Do(func() {
+		tk.cause.Store(&cause)
+		if tk.sup == nil {
+			tk.stopc <- cause // capacity 1, one send
+			return
+		}
+		// The record first: the supervisor reads it when the signal comes.
+		// Should it fail, the signal alone still stops the task (cancelled,
+		// with a vaguer reason).
+		_ = publishRecord(tk.dir, fileStop, stopRecord{Version: recordVersion, Cause: cause.Error(), RequestedAt: time.Now()})
+		// A pidfd-backed handle: never another process, even once reaped.
+		_ = tk.sup.Process.Signal(syscall.SIGTERM)
+	})
+}
+
+// stopCause is the first stop cause requested, or nil.
+func (tk *task) stopCause() error {
+	if c := tk.cause.Load(); c != nil {
+		return *c
+	}
+	return nil
+}
+
+// wait is the task's waiter goroutine: it waits for the task to end (by
+// watching it, or its supervisor), publishes the outcome and releases the
 // slot. It ends within about 2×KillGrace of a stop or timeout.
 func (p *Provider) wait(tk *task) {
-	waitErr := tk.cmd.Wait()
-	cause := context.Cause(tk.ctx) // read before our own cancel below
-	grace := p.grace
-	if at := tk.cancelAt.Load(); at != nil {
-		grace -= time.Since(*at) // the group's grace started at cancel time
+	var rec exitRecord
+	if tk.sup != nil {
+		rec = p.waitSupervised(tk)
 	} else {
-		cause = nil // we never signalled it: it ended on its own...
-		if groupAlive(tk.pgid) {
-			terminate(tk.pgid) // ...but left processes behind
-		}
+		rec = supervise(tk.cmd, tk.spec, tk.deadline, tk.stopc, p.clock.Now, p.log.With("job", tk.id))
 	}
-	// Leftovers (background children, or children that outlived the
-	// leader) are part of the task and end with it. The leader is reaped,
-	// so the group ID could in principle be reused by a new group; Linux
-	// does not hand out a pid while a group of that ID has members, which
-	// leaves only the instant after the last member exits.
-	if err := p.drainGroup(context.Background(), tk.pgid, grace); err != nil {
-		p.log.Warn("task's process group not cleared", "job", tk.id, "err", err)
-	}
-	tk.cancel(nil)
-	tk.release()
-
-	st := outcome(tk.cmd.ProcessState, waitErr, cause, tk.timeout)
-	st.StartedAt, st.FinishedAt = tk.startedAt, p.clock.Now()
-	st.StdoutPath, st.StderrPath = filepath.Join(tk.dir, fileStdout), filepath.Join(tk.dir, fileStderr)
-	recorded := writeRecord(tk.dir, fileExit, exitRecordOf(st))
-	if recorded != nil {
-		// Kept in memory instead; only a restarted adapter loses it.
-		p.log.Warn("task outcome not recorded; a restarted adapter will report it lost", "job", tk.id, "err", recorded)
-	}
+	st, recorded := p.settle(tk.id, tk.dir, rec)
 	p.mu.Lock()
 	tk.final = &st
 	p.running--
-	if recorded == nil {
+	if recorded {
 		delete(p.tasks, tk.id)
 	}
 	p.mu.Unlock()
@@ -169,34 +164,25 @@ func (p *Provider) wait(tk *task) {
 	p.log.Debug("task ended", "job", tk.id, "state", st.State, "error", st.Error)
 }
 
-// outcome classifies how a task ended. cause is non-nil only when we
-// signalled it (stop, close, timeout).
-func outcome(ps *os.ProcessState, waitErr, cause error, timeout time.Duration) providers.Status {
-	var st providers.Status
-	var ws syscall.WaitStatus
-	if ps != nil {
-		ws, _ = ps.Sys().(syscall.WaitStatus)
-		if ps.Exited() {
-			code := ps.ExitCode()
-			st.ExitCode = &code
+// settle publishes rec as the task's exit record unless one is there
+// already, and returns the status that is now the task's for good: the
+// published record, whoever wrote it (the supervisor, this waiter, or
+// another adapter that stopped the task), so that every instance reports
+// the same outcome. recorded is false when the outcome could not be put on
+// disk; it is then kept in memory, and only a restarted adapter loses it.
+func (p *Provider) settle(id, dir string, rec exitRecord) (st providers.Status, recorded bool) {
+	err := publishRecord(dir, fileExit, rec)
+	if errors.Is(err, errRecordExists) {
+		var disk exitRecord
+		if disk, err = readExit(dir); err == nil {
+			return disk.status(dir), true
 		}
 	}
-	switch {
-	case errors.Is(cause, errTimedOut):
-		st.State, st.TimedOut = providers.StateFailed, true
-		st.Error = fmt.Sprintf("timeout: ran longer than %v", timeout)
-	case cause != nil:
-		st.State, st.Error = providers.StateCancelled, cause.Error()
-	case ps == nil:
-		st.State, st.Error = providers.StateFailed, fmt.Sprintf("wait: %v", waitErr)
-	case ps.Success():
-		st.State = providers.StateSucceeded
-	case ws.Signaled():
-		st.State, st.Error = providers.StateFailed, "killed by signal: "+ws.Signal().String()
-	default:
-		st.State, st.Error = providers.StateFailed, ps.String()
+	if err != nil {
+		p.log.Warn("task outcome not recorded; a restarted adapter will report it lost", "job", id, "err", err)
+		return rec.status(dir), false
 	}
-	return st
+	return rec.status(dir), true
 }
 
 // status is the task's current Status. The caller holds Provider.mu.
