@@ -73,6 +73,11 @@ func (k Keys) Stats() string { return k.prefix + ":stats" } // HASH
 // the adapter).
 func (k Keys) Adapters() string { return k.prefix + ":adapters" } // HASH
 
+// EngineState maps compute adapter node name to the scheduling engine's
+// JSON checkpoint (engine.State: decayed usage, fair-queuing tags), so fair
+// share survives an adapter restart.
+func (k Keys) EngineState() string { return k.prefix + ":engine:state" } // HASH
+
 // Inbox is intake lane 0..NumLanes-1 for compute.request entries (never trimmed).
 func (k Keys) Inbox(lane int) string { return k.prefix + ":inbox:compute:p" + strconv.Itoa(lane) } // STREAM
 

@@ -321,3 +321,55 @@ func procAlive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i > 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
 }
+
+// TestEngineStateSurvivesRestart checks that the engine's decayed usage is
+// checkpointed and restored, so fair share does not reset on a restart.
+func TestEngineStateSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	rdb, board := redistest.New(t)
+	st := storeFor(t, rdb, board)
+	cfg := smallNodeConfig(t, board, filepath.Join(t.TempDir(), "runs"), "listen: off\n")
+	stop, _ := runAdapter(t, "--config", cfg, "--redis", srv.URL())
+	id := postData(t, st, "planner", `{"template":"sleep","arguments":["1"]}`, nil)
+	waitStatus(t, st, id, wire.JobSucceeded)
+	// One more cycle charges the ended job.
+	id2 := postData(t, st, "critic", `{"template":"count"}`, nil)
+	waitStatus(t, st, id2, wire.JobSucceeded)
+	stop()
+
+	usage := func() map[string]float64 {
+		b, err := rdb.HGet(t.Context(), st.Keys().EngineState(), "small").Bytes()
+		if err != nil {
+			t.Fatalf("no engine checkpoint for node small: %v", err)
+		}
+		var s struct {
+			Accounts map[string]struct {
+				Usage float64 `json:"usage"`
+			} `json:"accounts"`
+		}
+		if err := json.Unmarshal(b, &s); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for k, v := range s.Accounts {
+			out[k] = v.Usage
+		}
+		return out
+	}
+	first := usage()
+	if first["planner"] <= 0 {
+		t.Fatalf("planner's usage was not checkpointed: %v", first)
+	}
+	// A restarted adapter starts from the checkpoint: after another job of
+	// a different account, planner's usage is still there (decayed a little).
+	stop2, _ := runAdapter(t, "--config", cfg, "--redis", srv.URL())
+	id3 := postData(t, st, "critic", `{"template":"count"}`, nil)
+	waitStatus(t, st, id3, wire.JobSucceeded)
+	time.Sleep(200 * time.Millisecond)
+	stop2()
+	second := usage()
+	if second["planner"] <= 0 || second["planner"] > first["planner"] {
+		t.Fatalf("planner's usage after restart = %v, before = %v; want kept and decayed", second["planner"], first["planner"])
+	}
+}

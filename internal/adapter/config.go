@@ -108,8 +108,9 @@ type SchedulerConfig struct {
 	Interval Duration `yaml:"interval"`
 	// Seed for the engine's randomness (default 1).
 	Seed uint64 `yaml:"seed"`
-	// Policy selects the fair-share algorithm: proportional, lottery, wfq,
-	// drr, drf (default drf).
+	// FairShare selects how accounts are interleaved: priority (one order
+	// by the priority formula, where fair share is a factor; the default),
+	// proportional, lottery, wfq, drr or drf.
 	FairShare string `yaml:"fair_share"`
 	// Placement strategy: best-fit, first-fit, worst-fit, balanced,
 	// most-allocated (default best-fit).
@@ -228,6 +229,16 @@ func (c *Config) fill(getenv func(string) string) error {
 	}
 	if c.Scheduler.Interval == 0 {
 		c.Scheduler.Interval = Duration(200 * time.Millisecond)
+	}
+	switch c.Scheduler.FairShare {
+	case "", "priority", "proportional", "lottery", "wfq", "drr", "drf":
+	default:
+		return fmt.Errorf("scheduler.fair_share %q: want priority, proportional, lottery, wfq, drr or drf", c.Scheduler.FairShare)
+	}
+	switch c.Scheduler.Placement {
+	case "", "best-fit", "first-fit", "worst-fit", "balanced", "most-allocated":
+	default:
+		return fmt.Errorf("scheduler.placement %q: want best-fit, first-fit, worst-fit, balanced or most-allocated", c.Scheduler.Placement)
 	}
 	if c.Scheduler.MaxPending == 0 {
 		c.Scheduler.MaxPending = 10000

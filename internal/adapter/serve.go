@@ -142,6 +142,11 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 	disp = newDispatcher(cfg, br, prov, "local", node, clk, logger.With("component", "dispatcher"), func() { pub.Notify() })
 	inboxDepth := func() int { return br.Inbox().Len() }
 	pub = newPublisher(store, func() PoolStats { return disp.Stats(inboxDepth()) }, cfg.Telemetry.Interval.D(), logger.With("component", "telemetry"))
+	ckpt := &checkpointer{rdb: rdb, key: store.Keys().EngineState(), node: node.Name, disp: disp,
+		every: 10 * time.Second, log: logger.With("component", "checkpoint")}
+	if err := ckpt.Load(ctx); err != nil {
+		return err
+	}
 	if err := disp.Recover(ctx); err != nil {
 		return fmt.Errorf("recover jobs: %w", err)
 	}
@@ -160,6 +165,7 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 	g.Go(func() error { return disp.Run(gctx) })
 	g.Go(func() error { return disp.ExplainLoop(gctx) })
 	g.Go(func() error { return pub.Run(gctx) })
+	g.Go(func() error { return ckpt.Run(gctx) })
 	if cfg.Listen != "off" {
 		ln, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {
