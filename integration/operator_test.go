@@ -1,0 +1,114 @@
+package integration
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/computeboard/computeboard/internal/adapter"
+	"github.com/computeboard/computeboard/internal/redistest"
+	"github.com/computeboard/computeboard/wire"
+)
+
+// cli runs one adapter subcommand in-process.
+func cli(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	var out syncBuffer
+	code := adapter.Main(t.Context(), args, func(string) string { return "" }, &out, &out)
+	return out.String(), code
+}
+
+// TestOperatorCommands drives `adapter inbox …` against a running adapter:
+// reads work without a token, writes need it.
+func TestOperatorCommands(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	rdb, board := redistest.New(t)
+	st := storeFor(t, rdb, board)
+	const token = "op-s3cret"
+	cfg := smallNodeConfig(t, board, t.TempDir()+"/runs", "operator_token: "+token+"\n")
+	cfg = writeConfig(t, strings.Replace(readFile(t, cfg), "scheduler:\n  interval: 50ms\n", "scheduler:\n  interval: 50ms\n  max_pending: 1\n", 1))
+	_, out := runAdapter(t, "--config", cfg, "--redis", srv.URL(), "--listen", "127.0.0.1:0")
+	api := apiURL(t, out)
+
+	// One job holds the node, one waits in the engine, the rest wait in the inbox.
+	busy := postData(t, st, "planner", `{"template":"sleep","arguments":["60"]}`, nil)
+	waitStatus(t, st, busy, wire.JobRunning)
+	engineHeld := postData(t, st, "planner", `{"template":"count"}`, nil)
+	waitStatus(t, st, engineHeld, wire.JobQueued)
+	a := postData(t, st, "critic", `{"template":"count","priority":3}`, nil)
+	b := postData(t, st, "critic", `{"template":"count","priority":3}`, nil)
+	bad := postData(t, st, "critic", `{"template":"no-such-template"}`, nil)
+	waitStatus(t, st, bad, wire.JobRejected)
+
+	var list struct {
+		Items []struct {
+			EntryID string `json:"entry_id"`
+			Module  string `json:"module"`
+		} `json:"items"`
+	}
+	eventually(t, 20*time.Second, "two requests held in the inbox", func() bool {
+		o, code := cli(t, "inbox", "list", "--api", api, "--module", "critic")
+		return code == 0 && json.Unmarshal([]byte(o), &list) == nil && len(list.Items) == 2
+	})
+	if o, code := cli(t, "inbox", "show", a, "--api", api); code != 0 || !strings.Contains(o, a) {
+		t.Fatalf("inbox show: exit %d\n%s", code, o)
+	}
+	if o, code := cli(t, "inbox", "stats", "--api", api); code != 0 || !strings.Contains(o, `"by_module"`) {
+		t.Fatalf("inbox stats: exit %d\n%s", code, o)
+	}
+
+	// Writes without the token are refused and change nothing.
+	if o, code := cli(t, "inbox", "drop", a, "--api", api); code == 0 || !strings.Contains(o, "401") {
+		t.Fatalf("drop without a token: exit %d\n%s", code, o)
+	}
+	if o, code := cli(t, "inbox", "drop", a, "--api", api, "--token", "wrong"); code == 0 {
+		t.Fatalf("drop with a wrong token succeeded:\n%s", o)
+	}
+	if o, code := cli(t, "inbox", "drop", a, "--api", api, "--token", token); code != 0 {
+		t.Fatalf("drop with the token: exit %d\n%s", code, o)
+	}
+	jd := waitStatus(t, st, a, wire.JobCancelled)
+	if jd.Error == nil || jd.Error.Code != "dropped" || !strings.Contains(jd.Error.Message, "operator") {
+		t.Errorf("dropped request's job entry: %+v", jd)
+	}
+
+	// The dead-letter stream lists the bad request and the dropped one.
+	o, code := cli(t, "inbox", "dlq", "list", "--api", api)
+	if code != 0 || !strings.Contains(o, bad) || !strings.Contains(o, a) {
+		t.Fatalf("dlq list: exit %d\n%s", code, o)
+	}
+	var dl struct {
+		DeadLetters []struct {
+			ID      string `json:"id"`
+			EntryID string `json:"entry_id"`
+		} `json:"dead_letters"`
+	}
+	if err := json.Unmarshal([]byte(o), &dl); err != nil {
+		t.Fatalf("dlq list is not JSON: %v\n%s", err, o)
+	}
+	var dlqID string
+	for _, d := range dl.DeadLetters {
+		if d.EntryID == a {
+			dlqID = d.ID
+		}
+	}
+	// Replaying the dropped request needs the token, then runs it.
+	if o, code := cli(t, "inbox", "dlq", "replay", dlqID, "--api", api); code == 0 {
+		t.Fatalf("replay without a token succeeded:\n%s", o)
+	}
+	if o, code := cli(t, "inbox", "dlq", "replay", dlqID, "--api", api, "--token", token); code != 0 {
+		t.Fatalf("replay: exit %d\n%s", code, o)
+	}
+	if o, code := cli(t, "jobs", "list", "--redis", srv.URL(), "--board", board); code != 0 || !strings.Contains(o, wire.JobID(busy)) {
+		t.Fatalf("jobs list: exit %d\n%s", code, o)
+	}
+	// Free the node: everything left runs.
+	if err := st.Retract(t.Context(), busy); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{engineHeld, a, b} {
+		waitStatus(t, st, id, wire.JobSucceeded)
+	}
+}
