@@ -17,6 +17,7 @@ import (
 
 	"github.com/computeboard/computeboard/blackboard"
 	"github.com/computeboard/computeboard/broker"
+	"github.com/computeboard/computeboard/engine/sim"
 	"github.com/computeboard/computeboard/internal/clock"
 	"github.com/computeboard/computeboard/wire"
 )
@@ -336,7 +337,7 @@ func runJobs(ctx context.Context, args []string, getenv func(string) string, std
 	return usageError{fmt.Sprintf("jobs: unknown subcommand %q", rest[0])}
 }
 
-// runSim is wired to engine/sim.
-func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return errors.New("sim: not built yet")
+// runSim replays a workload trace through the real engine (engine/sim).
+func runSim(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	return sim.Main(args, stdout, stderr)
 }

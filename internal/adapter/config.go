@@ -20,6 +20,12 @@ import (
 type Config struct {
 	// Board is the blackboard namespace (default "default").
 	Board string `yaml:"board"`
+	// MaxEntries caps the board's entries (default 100000). Past it the
+	// oldest LOW, then NORMAL, then HIGH entries are evicted, as in
+	// ASI:BUILD; every job keeps a durable record outside the board, and a
+	// job entry evicted while its job runs is posted again on its next
+	// transition. -1 means unlimited.
+	MaxEntries int `yaml:"max_entries"`
 	// Redis is a redis:// or unix:// URL. Empty means the embedded server.
 	Redis string `yaml:"redis"`
 	// Embedded is the loopback address the embedded server listens on when
@@ -205,6 +211,9 @@ func (c *Config) fill(getenv func(string) string) error {
 	}
 	if c.Board == "" {
 		c.Board = "default"
+	}
+	if c.MaxEntries == 0 {
+		c.MaxEntries = 100000
 	}
 	if c.Embedded == "" {
 		c.Embedded = "127.0.0.1:6380"

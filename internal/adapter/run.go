@@ -50,7 +50,7 @@ Usage:
         inspect and steer a running adapter's inbox (through its HTTP API)
   adapter jobs list|show ID|explain ID [--redis URL]
         read job records and the engine's explanation of a pending job
-  adapter sim TRACE [--compare POLICY,...|all]
+  adapter sim TRACE [--policy NAME | --compare A,B,...|all] [--json] [--seed N]
         replay a workload trace through the real engine on a virtual clock
   adapter version
 

@@ -84,7 +84,7 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 	defer closeRedis()
 	fmt.Fprintf(stdout, "computeboard adapter: blackboard %s (board %q)\n", where, cfg.Board)
 
-	store, err := blackboard.New(rdb, blackboard.Config{Namespace: cfg.Board, Clock: clk, Logger: logger})
+	store, err := blackboard.New(rdb, blackboard.Config{Namespace: cfg.Board, Clock: clk, Logger: logger, MaxEntries: cfg.MaxEntries})
 	if err != nil {
 		return err
 	}
