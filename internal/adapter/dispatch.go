@@ -69,6 +69,8 @@ type dispatcher struct {
 	wake     chan struct{}   // one-slot: run a cycle soon
 	room     chan struct{}   // one-slot: a pending job left (intake may go on)
 
+	explainedAt time.Time // owned by the Run goroutine
+
 	cancelMu sync.Mutex
 	cancels  []string // guarded by cancelMu: job IDs whose requests were retracted
 
@@ -315,6 +317,12 @@ func (d *dispatcher) step(ctx context.Context) {
 	}
 	if changed {
 		d.notify()
+	}
+	// Explanations go out from this goroutine, in sequence with the
+	// transitions, so a stale "queued" can never overwrite "running".
+	if now := d.clock.Now(); now.Sub(d.explainedAt) >= time.Second {
+		d.explainedAt = now
+		d.PublishExplanations(ctx, 50, 2*time.Second)
 	}
 }
 
@@ -642,7 +650,7 @@ func (d *dispatcher) Explanations() map[string]engine.Explanation {
 
 // PublishExplanations writes changed explanations onto the job records and
 // entries, at most limit per call and at most once per job every minGap, so
-// a deep queue cannot flood Redis. It runs in its own goroutine.
+// a deep queue cannot flood Redis. Only the Run goroutine calls it.
 func (d *dispatcher) PublishExplanations(ctx context.Context, limit int, minGap time.Duration) {
 	now := d.clock.Now()
 	type upd struct {
@@ -676,20 +684,6 @@ func (d *dispatcher) PublishExplanations(ctx context.Context, limit int, minGap 
 		if _, err := d.br.Transition(ctx, u.t.rec.JobID, wire.JobQueued, wire.JobQueued, broker.JobUpdate{Explanation: b}); err != nil &&
 			!errors.Is(err, broker.ErrConflict) && ctx.Err() == nil {
 			d.log.Warn("publish explanation", "job", u.t.rec.JobID, "err", err)
-		}
-	}
-}
-
-// ExplainLoop publishes explanations every second until ctx is done.
-func (d *dispatcher) ExplainLoop(ctx context.Context) error {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-			d.PublishExplanations(ctx, 200, 2*time.Second)
 		}
 	}
 }

@@ -163,7 +163,6 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 	g.Go(func() error { return br.Run(gctx) })
 	g.Go(func() error { return disp.Intake(gctx) })
 	g.Go(func() error { return disp.Run(gctx) })
-	g.Go(func() error { return disp.ExplainLoop(gctx) })
 	g.Go(func() error { return pub.Run(gctx) })
 	g.Go(func() error { return ckpt.Run(gctx) })
 	if cfg.Listen != "off" {
