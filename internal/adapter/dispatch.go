@@ -375,7 +375,12 @@ func (d *dispatcher) pollRunning(ctx context.Context) bool {
 	for _, t := range run {
 		st, err := d.prov.Poll(ctx, t.handle)
 		if errors.Is(err, providers.ErrUnknownHandle) {
-			st = providers.Status{State: providers.StateLost, Error: "the provider has no record of this task (adapter restarted before it started?)"}
+			// The record says running but the provider never started the
+			// task: the adapter died between the compare-and-set and the
+			// start. Nothing ran, so the job goes back to the queue.
+			d.requeueUnstarted(ctx, t)
+			changed = true
+			continue
 		} else if err != nil {
 			d.log.Warn("poll", "job", t.rec.JobID, "err", err)
 			continue
@@ -387,6 +392,23 @@ func (d *dispatcher) pollRunning(ctx context.Context) bool {
 		changed = true
 	}
 	return changed
+}
+
+// requeueUnstarted returns a job whose task was never started to the queue.
+func (d *dispatcher) requeueUnstarted(ctx context.Context, t *tracked) {
+	rec, err := d.br.Transition(ctx, t.rec.JobID, wire.JobRunning, wire.JobQueued, broker.JobUpdate{})
+	if err != nil && !errors.Is(err, broker.ErrConflict) {
+		d.log.Warn("requeue unstarted job", "job", t.rec.JobID, "err", err)
+		return
+	}
+	d.mu.Lock()
+	delete(d.running, t.rec.JobID)
+	if err == nil {
+		t.rec = rec
+		d.pending[t.rec.JobID] = t
+	}
+	d.mu.Unlock()
+	d.log.Info("requeued a job whose task never started", "job", t.rec.JobID)
 }
 
 func (d *dispatcher) finish(ctx context.Context, t *tracked, st providers.Status) {
