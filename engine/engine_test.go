@@ -193,3 +193,137 @@ func TestTiesAreStable(t *testing.T) {
 		t.Errorf("order %v, want by ID", got)
 	}
 }
+
+// WFQ's virtual time V after a cycle: never above the start tag of an
+// account still waiting for capacity in the top class (so a waiting account
+// keeps its credit), but not held back by accounts that could not be served
+// anyway, and not left behind when nothing waits (no credit for being idle
+// or light while everyone was served). Every job costs 3600 billing-seconds;
+// with equal shares that is 7200 per job in virtual time.
+func TestWFQVirtualTime(t *testing.T) {
+	job := func(id, acct string, prio int) engine.Job {
+		return et.Job(id).Account(acct).Priority(prio).CPU(1).Est(time.Hour).Obj()
+	}
+	tests := map[string]struct {
+		st      engine.State
+		accts   []engine.Account
+		node    engine.Node
+		running []engine.Running
+		pending []engine.Job
+		wantV   float64
+	}{
+		// a (3 shares: 4800 a job) places a1 and a2, at start tags 0 and
+		// 4800; b1 still waits with start tag 0, so V stays 0.
+		"waiting account holds V": {
+			accts:   []engine.Account{{Name: "a", Shares: 3}, {Name: "b", Shares: 1}},
+			node:    et.Node("n").CPU(2).Obj(),
+			pending: []engine.Job{job("a1", "a", 5), job("a2", "a", 5), job("a3", "a", 5), job("b1", "b", 5)},
+			wantV:   0,
+		},
+		// q is at its quota: it waits on itself, not for capacity.
+		"quota-blocked account does not hold V": {
+			accts:   []engine.Account{{Name: "b", Shares: 1}, {Name: "q", Shares: 1, Quota: engine.Resources{engine.DimCPU: 1000}}},
+			node:    et.Node("n").CPU(2).Alloc(engine.Resources{engine.DimCPU: 1000}).Obj(),
+			running: []engine.Running{et.Job("r").Account("q").CPU(1).Est(time.Hour).Running("n", et.Epoch)},
+			pending: []engine.Job{job("b1", "b", 5), job("b2", "b", 5), job("q1", "q", 5)},
+			wantV:   7200, // b's start tag for b2
+		},
+		// l's job is in a lower band than h's: it could not have gone.
+		"lower band does not hold V": {
+			accts:   []engine.Account{{Name: "h", Shares: 1}, {Name: "l", Shares: 1}},
+			node:    et.Node("n").CPU(1).Obj(),
+			pending: []engine.Job{job("h1", "h", 5), job("h2", "h", 5), job("l1", "l", 1)},
+			wantV:   7200,
+		},
+		// Everything placed: V is the largest start tag placed (a2's).
+		"nothing waits": {
+			accts:   []engine.Account{{Name: "a", Shares: 1}, {Name: "b", Shares: 1}},
+			node:    et.Node("n").CPU(4).Obj(),
+			pending: []engine.Job{job("a1", "a", 5), job("a2", "a", 5), job("b1", "b", 5)},
+			wantV:   7200,
+		},
+		// V never moves back, whatever the tags of the accounts waiting.
+		"monotone": {
+			st:      engine.State{VirtualTime: 1e5},
+			accts:   []engine.Account{{Name: "a", Shares: 1}, {Name: "b", Shares: 1}},
+			node:    et.Node("n").CPU(1).Obj(),
+			pending: []engine.Job{job("a1", "a", 5), job("b1", "b", 5)},
+			wantV:   1e5,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			snap := engine.Snapshot{Now: et.Epoch, Policy: engine.Policy{Selection: engine.SelectWFQ},
+				Accounts: tc.accts, Nodes: []engine.Node{tc.node}, Running: tc.running, Pending: tc.pending}
+			plan, st := engine.Schedule(tc.st, snap)
+			if len(plan.Placements) == 0 {
+				t.Fatal("nothing placed")
+			}
+			if st.VirtualTime != tc.wantV {
+				t.Errorf("V = %v, want %v (order %v, state %+v)", st.VirtualTime, tc.wantV, orderOf(plan), st.Accounts)
+			}
+		})
+	}
+}
+
+// DRR's memory over cycles that place one job each: the account waiting
+// receives its quantum every round that goes by and keeps it, so it goes
+// as soon as its credit covers its head, and the pointer carries on.
+// Shares 1:3, quantum 1800: a gets 600 a round, b 1800; jobs cost 3600, so
+// b goes every other round (2, 4, 6, 8, …) and a every sixth (6, 12, …,
+// ahead of b in its name order): b b a b, repeated. Before the fix, the
+// credit a earned while b ran was dropped and b took every cycle.
+func TestDRRKeepsCreditAcrossCycles(t *testing.T) {
+	snap := engine.Snapshot{Now: et.Epoch, Policy: engine.Policy{Selection: engine.SelectDRR, Quantum: 1800},
+		Accounts: []engine.Account{{Name: "a", Shares: 1}, {Name: "b", Shares: 3}},
+		Nodes:    []engine.Node{et.Node("n").CPU(1).Obj()},
+		Pending:  backlog([]string{"a", "b"}, 8)}
+	var st engine.State
+	var got strings.Builder
+	for range 8 {
+		plan, next := engine.Schedule(st, snap)
+		st = next
+		if len(plan.Placements) != 1 {
+			t.Fatalf("%d placements, want 1", len(plan.Placements))
+		}
+		id := plan.Placements[0].JobID
+		got.WriteByte(id[0])
+		// The job runs and ends at once: the slot is free again next cycle.
+		snap.Pending = slices.DeleteFunc(snap.Pending, func(j engine.Job) bool { return j.ID == id })
+	}
+	if got.String() != "bbabbbab" {
+		t.Errorf("one job per cycle went to %s, want bbabbbab", got.String())
+	}
+}
+
+// An account held back by its own quota is not waiting for the cluster:
+// like an idle queue it keeps no DRR credit (it would otherwise collect a
+// quantum every round for as long as its quota is full).
+func TestDRRNoCreditOverQuota(t *testing.T) {
+	snap := engine.Snapshot{Now: et.Epoch, Policy: engine.Policy{Selection: engine.SelectDRR},
+		Accounts: []engine.Account{{Name: "a", Shares: 1, Quota: engine.Resources{engine.DimCPU: 1000}}, {Name: "b", Shares: 1}},
+		Nodes:    []engine.Node{et.Node("n").CPU(2).Alloc(engine.Resources{engine.DimCPU: 1000}).Obj()},
+		Running:  []engine.Running{et.Job("r").Account("a").CPU(1).Est(time.Hour).Running("n", et.Epoch)},
+		Pending:  backlog([]string{"a", "b"}, 3)}
+	plan, st := engine.Schedule(engine.State{}, snap)
+	if len(plan.Placements) != 1 || plan.Placements[0].JobID != "b000" {
+		t.Fatalf("placed %+v, want b000", plan.Placements)
+	}
+	if d := st.Accounts["a"].Deficit; d != 0 {
+		t.Errorf("a, over its quota, kept deficit %v, want 0", d)
+	}
+}
+
+// Proportional counts the work its running jobs have still to run: an
+// account whose job has just started (no usage yet) is not underserved.
+func TestProportionalCountsStartedWork(t *testing.T) {
+	snap := engine.Snapshot{Now: et.Epoch, Policy: engine.Policy{Selection: engine.SelectProportional},
+		Accounts: []engine.Account{{Name: "a", Shares: 1}, {Name: "b", Shares: 1}},
+		Nodes:    []engine.Node{et.Node("n").CPU(2).Alloc(engine.Resources{engine.DimCPU: 1000}).Obj()},
+		Running:  []engine.Running{et.Job("r").Account("a").CPU(1).Est(time.Hour).Running("n", et.Epoch)},
+		Pending:  backlog([]string{"a", "b"}, 1)}
+	plan, _ := engine.Schedule(engine.State{}, snap)
+	if len(plan.Placements) != 1 || plan.Placements[0].JobID != "b000" {
+		t.Errorf("placed %+v, want b000 (a's running job has all its hour left)", plan.Placements)
+	}
+}

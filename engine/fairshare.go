@@ -49,17 +49,23 @@ type acct struct {
 	guar     Resources
 	alloc    Resources // subtree allocation: running + placed (real)
 	ownAlloc Resources // own allocation: running + placed (real)
+	alloc0   Resources // alloc before this cycle's placements (running only)
+	own0     Resources // ownAlloc before this cycle's placements
+	// remaining is the estimated billing-seconds still to run of the
+	// subtree's running jobs (rate × time left of the planning duration):
+	// work already started that usage has not caught up with yet.
+	remaining float64
 
 	// ordering (per cycle, "as if dispatched")
-	queue    []*entry
-	head     int
-	oAlloc   Resources // subtree allocation incl. ordering charges (guarantees)
-	oOwn     Resources // own allocation incl. ordering charges (DRF)
-	charged  float64   // billing-seconds charged by the ordering
-	finish   float64   // WFQ finish tag
-	deficit  float64   // DRR deficit
-	comp     float64   // lottery compensation multiplier
-	resetDRR bool
+	queue   []*entry
+	head    int
+	oAlloc  Resources // subtree allocation incl. ordering charges (guarantees)
+	oOwn    Resources // own allocation incl. ordering charges (DRF)
+	charged float64   // billing-seconds charged by the ordering
+	finish  float64   // WFQ finish tag
+	deficit float64   // DRR deficit
+	comp    float64   // lottery compensation multiplier
+	waiting bool      // commit: entries of the account are left waiting for capacity
 }
 
 // accounts is the cycle's account table, sorted by name.
@@ -257,9 +263,10 @@ type selector struct {
 	as       *accounts
 	rng      *rand.Rand
 	v0       float64 // WFQ virtual time when the cycle's jobs arrived (cycle start)
-	v        float64 // WFQ virtual time: the largest start tag dispatched
+	v        float64 // WFQ: the largest start tag dispatched (V when nothing waits, see commit)
 	drr      int     // DRR pointer (account index)
 	full     bool    // DRR: the account at the pointer has had its quantum this visit
+	maxS     float64 // DRR: the largest normalized share (quantum scale)
 	elig     []int
 	capacity Resources // cluster total, for DRF
 }
@@ -333,9 +340,7 @@ func (s *selector) next() int {
 	switch s.p.Selection {
 	case SelectProportional:
 		return argmin(el, func(a, b int) int {
-			ka := (s.as.list[a].Usage + s.as.list[a].charged) / s.weight(a)
-			kb := (s.as.list[b].Usage + s.as.list[b].charged) / s.weight(b)
-			return cmp.Or(cmp.Compare(ka, kb), headCmp(a, b))
+			return cmp.Or(cmp.Compare(s.propKey(a), s.propKey(b)), headCmp(a, b))
 		})
 	case SelectWFQ:
 		return argmin(el, func(a, b int) int {
@@ -362,6 +367,28 @@ func argmin(el []int, c func(a, b int) int) int {
 		}
 	}
 	return best
+}
+
+// propKey is the proportional key (lowest first):
+//
+//	(usage + remaining + charged + cost_head/2) / S
+//
+// remaining, the work the account's running jobs have still to run by
+// their estimates, counts started work in full, as charged did while the
+// order placed it; without it an account looks underserved again from one
+// cycle to the next until its usage catches up with its jobs. With it, the
+// key jumps by cost/S when an entry goes and then only decays, like a
+// virtual finish tag; picking at the bottom of that sawtooth would keep the
+// key, and so the decayed usage that decides the split, higher on average
+// by half a jump for the accounts with the largest jumps (the small
+// shares), so the head counts at half its cost: every account's key is
+// then centred on the same level and the decay takes from each in
+// proportion to its share. (Both terms measured with one slot freeing per
+// cycle at shares 1:2:5: 13.0% for the 1-share account without them,
+// 12.5% with; TestShareConvergenceOneSlot.)
+func (s *selector) propKey(a int) float64 {
+	ac := &s.as.list[a]
+	return (ac.Usage + ac.remaining + ac.charged + s.head(a).cost/2) / s.weight(a)
 }
 
 func (s *selector) finishTag(a int) float64 {
@@ -467,13 +494,13 @@ func (s *selector) nextEl(el []int, a int) int {
 // quantum is Quantum × shares/(largest shares among accounts); at least a
 // millionth of Quantum so rounds always progress.
 func (s *selector) quantum(a int) float64 {
-	return s.p.Quantum * max(s.as.list[a].NormShares/s.maxShare(), 1e-6)
+	return s.p.Quantum * max(s.as.list[a].NormShares/s.maxS, 1e-6)
 }
 
-func (s *selector) maxShare() float64 {
+func (as *accounts) maxShare() float64 {
 	m := 0.0
-	for i := range s.as.list {
-		m = max(m, s.as.list[i].NormShares)
+	for i := range as.list {
+		m = max(m, as.list[i].NormShares)
 	}
 	if m == 0 {
 		return 1
@@ -481,8 +508,15 @@ func (s *selector) maxShare() float64 {
 	return m
 }
 
-// charge records that account a's head was dispatched (in the ordering).
-func (s *selector) charge(a int) *entry {
+// charge records that account a's head was dispatched (in the ordering, or
+// placed in the commit's replay).
+func (s *selector) charge(a int) *entry { return s.take(a, true) }
+
+// pass moves account a's head on without charging it (the commit's DRR
+// replay, for an entry that was not placed): the account keeps its credit.
+func (s *selector) pass(a int) *entry { return s.take(a, false) }
+
+func (s *selector) take(a int, dispatched bool) *entry {
 	ac := &s.as.list[a]
 	e := ac.queue[ac.head]
 	ac.head++
@@ -491,21 +525,41 @@ func (s *selector) charge(a int) *entry {
 		s.as.list[i].oAlloc = s.as.list[i].oAlloc.Add(e.use)
 	}
 	ac.oOwn = ac.oOwn.Add(e.use)
+	if s.p.Selection == SelectDRR {
+		if dispatched {
+			ac.deficit -= e.cost
+		}
+		if ac.head == len(ac.queue) {
+			// The queue is done for this cycle: the pointer moves on, and
+			// the credit goes unless jobs are left waiting for capacity.
+			if !ac.waiting {
+				ac.deficit = 0
+			}
+			s.drr = (s.drr + 1) % len(s.as.list)
+			s.full = false
+		}
+	}
+	if dispatched {
+		s.dispatched(a, e)
+	}
+	return e
+}
+
+// dispatched updates the WFQ tags and lottery compensation for e, account
+// a's next entry in queue order to be dispatched. Both depend only on the
+// account's own entries, so the commit applies it per account.
+func (s *selector) dispatched(a int, e *entry) {
+	ac := &s.as.list[a]
 	switch s.p.Selection {
 	case SelectWFQ:
 		// Every pending job arrived by the cycle's start, so a backlogged
 		// account's next start tag is its last finish tag, or V at the
-		// cycle start if it was idle (no credit for idleness).
+		// cycle start if it was idle (no credit for idleness); V never
+		// passes the start tag of an account that is still waiting (see
+		// commit).
 		start := max(ac.finish, s.v0)
 		ac.finish = start + e.cost/s.weight(a)
 		s.v = max(s.v, start)
-	case SelectDRR:
-		ac.deficit -= e.cost
-		if ac.head == len(ac.queue) {
-			ac.deficit = 0
-			s.drr = (s.drr + 1) % len(s.as.list)
-			s.full = false
-		}
 	case SelectLottery:
 		f := min(e.cost/s.p.Quantum, 1)
 		if f > 0 {
@@ -514,5 +568,4 @@ func (s *selector) charge(a int) *entry {
 			ac.comp = 1
 		}
 	}
-	return e
 }

@@ -321,3 +321,127 @@ func simulateShares(t *testing.T, sel engine.Selection, shares []float64, cycles
 	}
 	return slotTime
 }
+
+// TestShareConvergenceOneSlot is the hard case for the stateful algorithms:
+// shares 1:2:5, every account always backlogged, and exactly one slot frees
+// per cycle (8 one-core slots, 80-minute jobs, a cycle every 10 minutes,
+// the first jobs staggered), so each cycle places one job and everything
+// the algorithm knows about the accounts that were not picked must survive
+// in the State. The priority formula's fair-share and age terms are off, so
+// the selection algorithm alone interleaves the accounts (priority
+// selection would give 1:1:1 and is not tested). A job costs 6000
+// billing-seconds, more than the largest DRR quantum. Over the second half
+// each account's share of the placements (every job is the same size and
+// length) must be within the tolerance of its target, relative.
+func TestShareConvergenceOneSlot(t *testing.T) {
+	shares := []float64{1, 2, 5}
+	tests := []struct {
+		sel    engine.Selection
+		cycles int
+		tol    float64 // relative: |achieved/target − 1|
+	}{
+		{engine.SelectWFQ, 800, 0.01},
+		{engine.SelectDRR, 800, 0.01},
+		{engine.SelectProportional, 800, 0.01},
+		{engine.SelectDRF, 800, 0.01},
+		{engine.SelectLottery, 2400, 0.10},
+	}
+	for _, tc := range tests {
+		t.Run(string(tc.sel), func(t *testing.T) {
+			got := simulateOneSlot(t, tc.sel, shares, 8, tc.cycles)
+			want := make([]float64, len(shares))
+			for i, s := range shares {
+				want[i] = s / 8
+			}
+			t.Logf("shares %.4f (target %.4f)", got, want)
+			for i := range shares {
+				if math.Abs(got[i]/want[i]-1) > tc.tol {
+					t.Errorf("account %d: share %.4f, want %.4f ± %.0f%% (all %.4f)", i, got[i], want[i], 100*tc.tol, got)
+				}
+			}
+		})
+	}
+}
+
+// simulateOneSlot runs cycles on a node of `slots` one-core slots where
+// exactly one job ends (and one slot frees) per cycle, and returns each
+// account's share of the placements over the second half.
+func simulateOneSlot(t *testing.T, sel engine.Selection, shares []float64, slots, cycles int) []float64 {
+	t.Helper()
+	const interval = 10 * time.Minute
+	est := time.Duration(slots) * interval
+	snap := engine.Snapshot{Now: et.Epoch, Policy: engine.Policy{Selection: sel, NoAging: true,
+		Weights: engine.Weights{Level: 1, Deadline: 1}}} // no fair-share term, no age
+	snap.Nodes = []engine.Node{et.Node("n").CPU(int64(slots)).Mem(int64(4 * slots)).Obj()}
+	name := func(i int) string { return fmt.Sprint("acct", i) }
+	for i, s := range shares {
+		snap.Accounts = append(snap.Accounts, engine.Account{Name: name(i), Shares: s})
+	}
+	seq := 0
+	newJob := func(acct int) engine.Job {
+		seq++
+		return et.Job(fmt.Sprintf("j%06d", seq)).Account(name(acct)).Priority(5).CPU(1).Mem(1).Est(est).Submitted(snap.Now).Obj()
+	}
+	start := func(j engine.Job, at time.Time) {
+		snap.Running = append(snap.Running, engine.Running{Job: j, Node: "n", Started: at})
+		snap.Nodes[0].Allocated = snap.Nodes[0].Allocated.Add(j.Request)
+	}
+	// slots−1 jobs already running, started 1..slots−1 intervals ago, one
+	// per account in turn: one slot is free now and one more frees every
+	// cycle from here on.
+	for k := 1; k < slots; k++ {
+		start(newJob(k%len(shares)), snap.Now.Add(-time.Duration(k)*interval))
+	}
+	var st engine.State
+	placed := make([]float64, len(shares))
+	for c := range cycles {
+		snap.Seed = uint64(c)
+		var keep []engine.Running
+		for _, r := range snap.Running {
+			if !r.Ended.IsZero() {
+				continue // reported once already
+			}
+			if !snap.Now.Before(r.Started.Add(est)) {
+				r.Ended = r.Started.Add(est)
+				snap.Nodes[0].Allocated = snap.Nodes[0].Allocated.Sub(r.Request)
+			}
+			keep = append(keep, r)
+		}
+		snap.Running = keep
+		for i := range shares {
+			n := 0
+			for _, j := range snap.Pending {
+				if j.Account == name(i) {
+					n++
+				}
+			}
+			for ; n < 16; n++ {
+				snap.Pending = append(snap.Pending, newJob(i))
+			}
+		}
+		plan, next := engine.Schedule(st, snap)
+		st = next
+		if len(plan.Placements) != 1 {
+			t.Fatalf("cycle %d: %d placements, want exactly 1", c, len(plan.Placements))
+		}
+		for _, p := range plan.Placements {
+			k := slices.IndexFunc(snap.Pending, func(j engine.Job) bool { return j.ID == p.JobID })
+			j := snap.Pending[k]
+			snap.Pending = slices.Delete(snap.Pending, k, k+1)
+			start(j, snap.Now)
+			if c >= cycles/2 {
+				i := slices.IndexFunc(snap.Accounts, func(a engine.Account) bool { return a.Name == j.Account })
+				placed[i]++
+			}
+		}
+		snap.Now = snap.Now.Add(interval)
+	}
+	total := 0.0
+	for _, v := range placed {
+		total += v
+	}
+	for i := range placed {
+		placed[i] /= total
+	}
+	return placed
+}

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -250,14 +251,28 @@ func (c *cycle) accrue() {
 	if c.p.FairShareMode == FairShareEffectivePriority {
 		c.as.effectivePriorityFactors()
 	}
-	// Allocation of running jobs, for quotas, guarantees and DRF.
+	// Allocation of running jobs, for quotas, guarantees and DRF; for
+	// proportional, the work they have still to run.
 	for i := range c.snap.Running {
 		r := &c.snap.Running[i]
 		if !r.Ended.IsZero() && !r.Ended.After(c.now) {
 			continue
 		}
 		req := newJobReq(&r.Job)
-		c.addAlloc(c.as.lookup(c.accountName(&r.Job)), req.vec, true)
+		a := c.as.lookup(c.accountName(&r.Job))
+		c.addAlloc(a, req.vec, true)
+		if c.p.Selection == SelectProportional {
+			if left := r.Started.Add(c.p.duration(&r.Job)).Sub(c.now); left > 0 {
+				rem := c.p.billingRate(&req) * left.Seconds()
+				for i := a; i >= 0; i = c.as.list[i].parent {
+					c.as.list[i].remaining += rem
+				}
+			}
+		}
+	}
+	for i := range c.as.list {
+		a := &c.as.list[i]
+		a.alloc0, a.own0 = a.alloc, a.ownAlloc
 	}
 }
 
@@ -357,12 +372,12 @@ func (c *cycle) orderEntries() {
 
 // newSelector starts a selector from the scheduling memory in st.
 func (c *cycle) newSelector(st *State) *selector {
-	s := &selector{p: &c.p, as: c.as, capacity: c.total, v0: st.VirtualTime, v: st.VirtualTime}
+	s := &selector{p: &c.p, as: c.as, capacity: c.total, v0: st.VirtualTime, v: st.VirtualTime, maxS: c.as.maxShare()}
 	s.rng = rand.New(rand.NewPCG(c.snap.Seed, 0x636f6d7075746562)) // "computeb"
 	for i := range c.as.list {
 		a := &c.as.list[i]
 		a.head, a.charged = 0, 0
-		a.oAlloc, a.oOwn = a.alloc, a.ownAlloc
+		a.oAlloc, a.oOwn = a.alloc0, a.own0
 		prev := st.Accounts[a.Name]
 		a.finish, a.deficit, a.comp = prev.Finish, prev.Deficit, prev.Compensation
 		if len(a.queue) == 0 {
@@ -375,45 +390,66 @@ func (c *cycle) newSelector(st *State) *selector {
 	return s
 }
 
-// commit replays the selector over the entries that were placed, so only
-// real dispatches move WFQ tags, DRR deficits and lottery compensation, and
-// stores the result with the decayed usage.
+// commit stores the decayed usage and what the selection algorithm learns
+// from the entries actually placed (the order charged every entry as if
+// dispatched; only real dispatches may move the scheduling memory):
+//
+//   - wfq: each account's finish tag advances over its placed entries, in
+//     queue order; V then moves to the smallest start tag among the
+//     accounts still waiting for capacity (in the top class), never past it
+//     (see wfqVirtualTime);
+//   - drr: the order is replayed from the cycle's starting State, charging
+//     the placed entries and passing over the others without charge, until
+//     the last placed one: every account waiting for capacity meanwhile
+//     receives its quanta for the rounds that went by and keeps its credit
+//     (an account's credit stays below its head's cost plus a quantum,
+//     since a head it can pay for is taken, placed or passed); an account
+//     with nothing left waiting for capacity keeps none;
+//   - lottery: the compensation of an account's last placed entry.
 func (c *cycle) commit() {
-	placedBy := make([][]*entry, len(c.as.list))
-	for _, e := range c.order {
-		if c.out[e.jobs[0]].placed {
-			placedBy[e.acct] = append(placedBy[e.acct], e)
-		}
-	}
-	saved := make([][]*entry, len(c.as.list))
-	for i := range c.as.list {
-		saved[i] = c.as.list[i].queue
-		c.as.list[i].queue = placedBy[i]
-	}
 	s := c.newSelector(&c.in)
-	for i := range c.as.list {
-		// An account with pending work keeps its DRR credit only while it
-		// still has work left after this cycle.
-		if len(saved[i]) == 0 || len(saved[i]) == len(placedBy[i]) {
-			c.as.list[i].deficit = 0
-		} else if c.p.Selection == SelectDRR {
-			c.as.list[i].deficit = c.in.Accounts[c.as.list[i].Name].Deficit
+	placed := func(e *entry) bool { return c.out[e.jobs[0]].placed }
+	nPlaced := 0
+	for _, e := range c.order {
+		if placed(e) {
+			nPlaced++
+		} else if waitsForCapacity(c.out[e.jobs[0]].rej.Reason) {
+			// Waiting on its own quota, share cap or gang, or dropped,
+			// earns no credit: like an idle queue.
+			c.as.list[e.acct].waiting = true
 		}
 	}
-	for {
-		a := s.next()
-		if a < 0 {
-			break
+	switch c.p.Selection {
+	case SelectWFQ, SelectLottery:
+		for a := range c.as.list {
+			for _, e := range c.as.list[a].queue {
+				if placed(e) {
+					s.dispatched(a, e)
+				}
+			}
 		}
-		s.charge(a)
+	case SelectDRR:
+		// Terminates: every step takes one entry off a queue, and a
+		// placed entry is left while n > 0.
+		for n := nPlaced; n > 0; {
+			a := s.next()
+			if a < 0 {
+				break
+			}
+			if e := s.head(a); placed(e) {
+				s.charge(a)
+				n--
+			} else {
+				s.pass(a)
+			}
+		}
 	}
 	for i := range c.as.list {
 		a := &c.as.list[i]
 		as := c.state.Accounts[a.Name]
-		as.Finish, as.Compensation = a.finish, a.comp
-		as.Deficit = a.deficit
-		if len(saved[i]) == len(placedBy[i]) {
-			as.Deficit = 0
+		as.Finish, as.Compensation, as.Deficit = a.finish, a.comp, a.deficit
+		if !a.waiting {
+			as.Deficit = 0 // DRR: nothing left waiting for capacity, no credit kept
 		}
 		if as.UsageAt.IsZero() || c.now.After(as.UsageAt) {
 			as.UsageAt = c.now
@@ -423,7 +459,6 @@ func (c *cycle) commit() {
 			continue
 		}
 		c.state.Accounts[a.Name] = as
-		a.queue = saved[i]
 	}
 	// Forget accounts whose usage has decayed to nothing.
 	for name, as := range c.state.Accounts {
@@ -431,7 +466,10 @@ func (c *cycle) commit() {
 			delete(c.state.Accounts, name)
 		}
 	}
-	c.state.VirtualTime = s.v
+	c.state.VirtualTime = c.in.VirtualTime
+	if c.p.Selection == SelectWFQ {
+		c.state.VirtualTime = c.wfqVirtualTime(s)
+	}
 	c.state.DRRNext = ""
 	if c.p.Selection == SelectDRR && len(c.as.list) > 0 {
 		d := s.drr
@@ -446,6 +484,66 @@ func (c *cycle) commit() {
 	if len(c.state.Accounts) == 0 {
 		c.state.Accounts = nil
 	}
+}
+
+// wfqVirtualTime is V for the next cycle, after the placed entries moved
+// the finish tags. Start-time fair queuing keeps V at the start tag of the
+// request in service, which is never above the start tag of a waiting
+// flow; the next cycle starts every account at max(finish, V), so a V above
+// a waiting account's finish tag would take away credit it earned while
+// waiting (with one slot freeing per cycle the account with the largest
+// share would then win every cycle). So V is the smallest next start tag,
+// max(finish, V0), among the accounts whose first entry still waiting for
+// capacity is in the top class (guaranteed, then band) of those waiting;
+// accounts that wait only on their own quota, share cap or gang, or in a
+// lower class, could not be served and earn no credit. When nothing waits
+// for capacity, V is the largest start tag placed (every account is
+// served; as before, an account that was idle or light gains nothing over
+// one that ran). V never moves back.
+func (c *cycle) wfqVirtualTime(s *selector) float64 {
+	v0 := c.in.VirtualTime
+	first := make([]*entry, len(c.as.list))
+	var top *entry
+	for _, e := range c.order {
+		o := &c.out[e.jobs[0]]
+		if o.placed || first[e.acct] != nil || !waitsForCapacity(o.rej.Reason) {
+			continue
+		}
+		first[e.acct] = e
+		if top == nil || higherClass(e, top) {
+			top = e
+		}
+	}
+	if top == nil {
+		return max(v0, s.v)
+	}
+	v := math.Inf(1)
+	for a, e := range first {
+		if e != nil && !higherClass(top, e) {
+			v = min(v, max(c.as.list[a].finish, v0))
+		}
+	}
+	return max(v0, v)
+}
+
+// higherClass reports whether entry a is in a higher selection class than
+// b: within the guaranteed minimum first, then the higher band.
+func higherClass(a, b *entry) bool {
+	if a.f.Guaranteed != b.f.Guaranteed {
+		return a.f.Guaranteed
+	}
+	return a.band > b.band
+}
+
+// waitsForCapacity reports whether a job not placed for reason r waits for
+// room on the nodes (rather than on its account's limits, its gang, or
+// nothing at all).
+func waitsForCapacity(r Code) bool {
+	switch r {
+	case ReasonNoFit, ReasonGangNoFit, ReasonReserved, ReasonBackfillBlocked, ReasonBlocked:
+		return true
+	}
+	return false
 }
 
 // place walks the order and places what fits (step 4).
