@@ -103,9 +103,10 @@ func validStrategy(s Strategy) bool {
 	return false
 }
 
-// migSlices parses the compute slices of a MIG profile ("3g.40gb" → 3); 1
-// when the profile has no such prefix.
-func migSlices(profile string) int {
+// MIGSlices parses the compute slices of a MIG profile ("3g.40gb" → 3); 1
+// when the profile has no such prefix. Billing prices a MIG instance at
+// MIGSlices/Policy.MIGSlices of a GPU.
+func MIGSlices(profile string) int {
 	g, _, ok := strings.Cut(profile, "g.")
 	if !ok {
 		return 1
@@ -124,7 +125,7 @@ func (p *Policy) billingRate(r *jobReq) float64 {
 		rate += p.Billing[d] * float64(r.vec[d])
 	}
 	if r.nMIG > 0 {
-		rate += float64(r.nMIG) * float64(migSlices(r.mig)) / float64(p.MIGSlices) * p.Billing[DimGPU]
+		rate += float64(r.nMIG) * float64(MIGSlices(r.mig)) / float64(p.MIGSlices) * p.Billing[DimGPU]
 	}
 	return rate
 }

@@ -8,7 +8,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/computeboard/computeboard/engine"
@@ -304,7 +303,7 @@ func (s *sim) buildNodes() error {
 					for k, p := range gs.MIG {
 						g.MIG = append(g.MIG, engine.MIGInstance{ID: fmt.Sprintf("%s-mig%d", id, k), Profile: p})
 						s.migIdx[g.MIG[k].ID] = [3]int{len(s.nodes), len(n.GPUs), k}
-						s.migCap += migSlices(p)
+						s.migCap += int64(engine.MIGSlices(p))
 					}
 					if len(g.MIG) == 0 {
 						n.Capacity[engine.DimGPU]++
@@ -387,7 +386,7 @@ func (s *sim) addJob(js *JobSpec, g *generator) (*job, error) {
 	}
 	j.vec = base.Request
 	if js.MIG != "" {
-		j.migSlices = base.Request[engine.DimGPU] * migSlices(js.MIG)
+		j.migSlices = base.Request[engine.DimGPU] * int64(engine.MIGSlices(js.MIG))
 		j.vec[engine.DimGPU], j.vec[engine.DimGPUMemory] = 0, 0
 	}
 	if d, ok := engine.TierDim(js.StorageTier); ok {
@@ -412,20 +411,6 @@ func (s *sim) addJob(js *JobSpec, g *generator) (*job, error) {
 	j.placed = make([]memberPlace, n)
 	s.jobs = append(s.jobs, j)
 	return j, nil
-}
-
-// migSlices parses the compute slices of a MIG profile ("3g.40gb" → 3), as
-// the engine prices it; 1 when the profile has no such prefix.
-func migSlices(profile string) int64 {
-	g, _, ok := strings.Cut(profile, "g.")
-	if !ok {
-		return 1
-	}
-	n, err := strconv.Atoi(g)
-	if err != nil || n < 1 {
-		return 1
-	}
-	return int64(n)
 }
 
 func (s *sim) push(t int64, kind uint8, j *job) {
