@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,6 +38,7 @@ type Broker struct {
 	intakeMu    sync.Mutex
 	ownCursor   [NumPriorities]string // guarded by intakeMu; own-pending read position per lane, "" = done
 	claimCursor [NumPriorities]string // guarded by intakeMu; XAUTOCLAIM cursor per lane
+	backlog     atomic.Bool           // the last feed read filled the free room: more is waiting in the lanes
 
 	evMu     sync.Mutex
 	evCursor string // guarded by evMu; events stream position ("" = not started)
@@ -150,6 +152,9 @@ func (b *Broker) feedLoop(ctx context.Context) {
 		}
 		bo.reset()
 		if n > 0 {
+			if b.backlog.Load() {
+				b.awaitRoom(ctx)
+			}
 			continue
 		}
 		if b.inbox.Free() < NumPriorities {
@@ -166,6 +171,33 @@ func (b *Broker) feedLoop(ctx context.Context) {
 		}
 	}
 }
+
+// awaitRoom is the feed's hysteresis under backpressure: when the last
+// read filled the inbox and more requests wait in the lanes, it waits until
+// a batch of readBatchMin fits (or ReadBlock/10 passes) instead of reading
+// them one by one as single slots free up — one round trip per request
+// costs Redis and the adapter's hand-offs more than the wait costs. The
+// next read still takes the most urgent lane first.
+func (b *Broker) awaitRoom(ctx context.Context) {
+	want := min(readBatchMin, max(1, b.inbox.Capacity()/8))
+	if b.inbox.Free() >= want {
+		return
+	}
+	t := time.NewTimer(b.cfg.ReadBlock / 10)
+	defer t.Stop()
+	for b.inbox.Free() < want {
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.inbox.Room():
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// readBatchMin is the smallest read the feed waits for under backpressure.
+const readBatchMin = 256
 
 func (b *Broker) tickLoop(ctx context.Context, name string, every time.Duration, step func(context.Context) error) {
 	t := time.NewTicker(every)
@@ -227,10 +259,11 @@ func (bo *backoff) next() time.Duration {
 func (bo *backoff) reset() { bo.d = 0 }
 
 // Next blocks until a request is ready for the adapter, or ctx is done.
-// Before handing it out it re-reads the request entry: a retracted or
-// superseded request is cancelled and an expired one expired, never handed
-// out. The adapter must then call Accept, Release or Reject within
-// LeaseTimeout, or the request is handed out again.
+// Before handing it out it re-reads the request entry's status (one round
+// trip; NextBatch does it for many in one): a retracted or superseded
+// request is cancelled and an expired one expired, never handed out. The
+// adapter must then call Accept, Release or Reject within LeaseTimeout, or
+// the request is handed out again.
 func (b *Broker) Next(ctx context.Context) (*Delivery, error) {
 	for {
 		it, l, err := b.inbox.Pop(ctx)
@@ -253,23 +286,31 @@ func (b *Broker) Next(ctx context.Context) (*Delivery, error) {
 }
 
 // handOff checks the request entry's current status; false means the
-// request was finished here instead (cancelled or expired).
+// request was finished here instead (cancelled or expired). A lapsed TTL
+// ends the request without a read (the entry would read as gone or
+// expired, which ends it the same way); otherwise one HGET of the status.
 func (b *Broker) handOff(ctx context.Context, d *Delivery) (bool, error) {
-	e, err := b.store.Get(ctx, d.EntryID)
+	if d.Entry.IsExpired(b.cfg.Clock.Now()) {
+		return false, b.expire(ctx, d)
+	}
+	st, err := b.rdb.HGet(ctx, b.keys.Entry(d.EntryID), "status").Result()
+	return b.settle(ctx, d, st, err)
+}
+
+// settle finishes a hand-off on the request entry's status as read (err
+// redis.Nil: the entry is gone).
+func (b *Broker) settle(ctx context.Context, d *Delivery, st string, err error) (bool, error) {
 	switch {
-	case errors.Is(err, blackboard.ErrNotFound):
-		// Removed, evicted or lapsed: the intake message carries the entry,
-		// so only a lapsed TTL stops it.
-		if d.Entry.IsExpired(b.cfg.Clock.Now()) {
-			return false, b.expire(ctx, d)
-		}
+	case errors.Is(err, redis.Nil):
+		// Removed or evicted: the intake message carries the entry, and its
+		// TTL has not lapsed, so it goes ahead.
 		return true, nil
 	case err != nil:
 		return false, err
 	}
-	switch e.Status {
+	switch blackboard.Status(st) {
 	case blackboard.StatusRetracted, blackboard.StatusSuperseded:
-		return false, b.cancelQueued(ctx, d, "request entry "+string(e.Status)+" before it started")
+		return false, b.cancelQueued(ctx, d, "request entry "+st+" before it started")
 	case blackboard.StatusExpired:
 		return false, b.expire(ctx, d)
 	}

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,8 +30,28 @@ const (
 type message struct {
 	lane       int
 	id         string
-	fields     map[string]string
+	fields     msgFields
 	deliveries int // including the read that returned it
+}
+
+// msgFields are the intake message fields the broker reads (post.lua also
+// writes topic, priority and timestamp, which it does not need). A field
+// given twice keeps its last value, as a map would.
+type msgFields struct {
+	v, entryID, entry, replayed string
+}
+
+func (f *msgFields) set(k, v string) {
+	switch k {
+	case "v":
+		f.v = v
+	case "entry_id":
+		f.entryID = v
+	case "entry":
+		f.entry = v
+	case "replayed":
+		f.replayed = v
+	}
 }
 
 // feedStep reads new requests into the inbox: first (once after start)
@@ -46,12 +69,16 @@ func (b *Broker) feedStep(ctx context.Context, block time.Duration) (int, error)
 	}
 	room := b.inbox.Free()
 	if room <= 0 {
+		b.backlog.Store(true)
 		return n, nil
 	}
 	msgs, err := b.readNew(ctx, room)
 	if err != nil {
-		return n, err
+		b.m.read.Add(int64(len(msgs)))
+		b.m.intake.add(len(msgs))
+		return n + len(msgs), errors.Join(err, b.ingest(ctx, msgs))
 	}
+	b.backlog.Store(len(msgs) == room)
 	if len(msgs) == 0 && block > 0 && room >= NumPriorities && n == 0 {
 		msgs, err = b.readBlocking(ctx, room, block)
 		if err != nil {
@@ -94,24 +121,99 @@ func (b *Broker) readOwn(ctx context.Context) (int, error) {
 	return total, nil
 }
 
-// readNew reads up to room new messages, most urgent lane first, in one
-// round trip (read.lua).
+// readNew reads up to room new messages, most urgent lane first: read.lua
+// plans the read in one round trip, then the planned lanes are read with
+// XREADGROUP in one pipeline. Messages read before an error are returned
+// with it (they are delivered: dropping them would leave them pending).
 func (b *Broker) readNew(ctx context.Context, room int) ([]message, error) {
 	res, err := scriptRead.Run(ctx, b.rdb, b.lanes, blackboard.InboxGroup, b.cfg.Consumer, room).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("read: %w", err)
 	}
-	msgs := make([]message, 0, len(res))
-	for _, r := range res {
+	if len(res) != 2 {
+		return nil, fmt.Errorf("read: unexpected reply %v", res)
+	}
+	plan, _ := res[0].([]any)
+	inline, _ := res[1].([]any)
+	byLane := make([][]message, len(b.lanes)) // by KEYS index, most urgent first
+	for _, r := range inline {
 		t, _ := r.([]any)
 		if len(t) != 3 {
 			continue
 		}
 		i, _ := t[0].(int64)
+		if i < 1 || int(i) > len(b.lanes) {
+			continue
+		}
 		id, _ := t[1].(string)
-		msgs = append(msgs, message{lane: NumPriorities - int(i), id: id, fields: pairs(t[2]), deliveries: 1})
+		byLane[i-1] = append(byLane[i-1], message{lane: NumPriorities - int(i), id: id, fields: parseFields(t[2]), deliveries: 1})
 	}
-	return msgs, nil
+	var errs []error
+	if len(plan) > 0 {
+		cmds := make([]*redis.Cmd, len(b.lanes))
+		_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for k := 0; k+1 < len(plan); k += 2 {
+				i, _ := plan[k].(int64)
+				n, _ := plan[k+1].(int64)
+				if i < 1 || int(i) > len(b.lanes) || n <= 0 {
+					continue
+				}
+				cmds[i-1] = p.Do(ctx, "XREADGROUP", "GROUP", blackboard.InboxGroup, b.cfg.Consumer,
+					"COUNT", n, "STREAMS", b.lanes[i-1], ">")
+			}
+			return nil
+		})
+		for k, cmd := range cmds {
+			if cmd == nil {
+				continue
+			}
+			v, err := cmd.Result()
+			switch {
+			case errors.Is(err, redis.Nil):
+				continue
+			case err != nil:
+				errs = append(errs, fmt.Errorf("read %s: %w", b.lanes[k], err))
+				continue
+			}
+			lane := NumPriorities - 1 - k
+			for _, r := range streamMessages(v) {
+				t, _ := r.([]any)
+				if len(t) != 2 {
+					continue
+				}
+				id, _ := t[0].(string)
+				if t[1] == nil {
+					continue // deleted since it was added
+				}
+				byLane[k] = append(byLane[k], message{lane: lane, id: id, fields: parseFields(t[1]), deliveries: 1})
+			}
+		}
+	}
+	var msgs []message
+	for _, ms := range byLane {
+		msgs = append(msgs, ms...)
+	}
+	return msgs, errors.Join(errs...)
+}
+
+// streamMessages returns the messages of a one-stream XREAD(GROUP) reply,
+// {{key, {{id, fields}, ...}}} in RESP2, {key: {{id, fields}, ...}} in RESP3.
+func streamMessages(v any) []any {
+	switch r := v.(type) {
+	case []any:
+		if len(r) == 1 {
+			if kv, ok := r[0].([]any); ok && len(kv) == 2 {
+				ms, _ := kv[1].([]any)
+				return ms
+			}
+		}
+	case map[any]any:
+		for _, ms := range r {
+			m, _ := ms.([]any)
+			return m
+		}
+	}
+	return nil
 }
 
 // readBlocking waits up to block for new messages on all lanes. COUNT
@@ -136,9 +238,10 @@ func (b *Broker) readBlocking(ctx context.Context, room int, block time.Duration
 	for _, st := range res {
 		lane := b.laneOf(st.Stream)
 		for _, m := range st.Messages {
-			f := make(map[string]string, len(m.Values))
+			var f msgFields
 			for k, v := range m.Values {
-				f[k], _ = v.(string)
+				s, _ := v.(string)
+				f.set(k, s)
 			}
 			msgs = append(msgs, message{lane: lane, id: m.ID, fields: f, deliveries: 1})
 		}
@@ -258,19 +361,71 @@ func (b *Broker) expiryStep(ctx context.Context) error {
 // interrupted earlier decision, or queue it. Errors are collected; a
 // message whose handling failed stays pending and is retried after
 // ClaimIdle.
+//
+// Decoding (pure CPU) runs in parallel over the batch (decodeAll); the
+// decisions, Check and the pushes then run in message order, so the inbox
+// sees the same sequence as with a serial decode.
 func (b *Broker) ingest(ctx context.Context, msgs []message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	decoded := decodeAll(b, msgs, b.cfg.Clock.Now())
 	var errs []error
-	for _, m := range msgs {
-		if err := b.ingestOne(ctx, m); err != nil {
-			errs = append(errs, fmt.Errorf("request %s (message %s): %w", m.fields["entry_id"], m.id, err))
+	for i, m := range msgs {
+		if err := b.ingestOne(ctx, m, decoded[i].d, decoded[i].werr); err != nil {
+			errs = append(errs, fmt.Errorf("request %s (message %s): %w", m.fields.entryID, m.id, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (b *Broker) ingestOne(ctx context.Context, m message) error {
+// decodedMsg is a message's decode result.
+type decodedMsg struct {
+	d    *Delivery
+	werr *wire.Error
+}
+
+// Parallel decoding: batches of at least parallelMin messages are split in
+// chunks of decodeChunk, decoded by up to GOMAXPROCS goroutines (the feed's
+// own included), each writing only its chunks' slots.
+const (
+	parallelMin = 64
+	decodeChunk = 32
+)
+
+func decodeAll(b *Broker, msgs []message, now time.Time) []decodedMsg {
+	out := make([]decodedMsg, len(msgs))
+	decodeRange := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			out[i].d, out[i].werr = b.decode(msgs[i], now)
+		}
+	}
+	workers := min(runtime.GOMAXPROCS(0), (len(msgs)+decodeChunk-1)/decodeChunk)
+	if len(msgs) < parallelMin || workers < 2 {
+		decodeRange(0, len(msgs))
+		return out
+	}
+	var next atomic.Int64
+	work := func() {
+		for {
+			lo := int(next.Add(decodeChunk)) - decodeChunk
+			if lo >= len(msgs) {
+				return
+			}
+			decodeRange(lo, min(lo+decodeChunk, len(msgs)))
+		}
+	}
+	var wg sync.WaitGroup
+	for range workers - 1 {
+		wg.Go(work)
+	}
+	work()
+	wg.Wait()
+	return out
+}
+
+func (b *Broker) ingestOne(ctx context.Context, m message, d *Delivery, werr *wire.Error) error {
 	now := b.cfg.Clock.Now()
-	d, werr := b.decode(m, now)
 	if d.EntryID == "" {
 		// Not even an entry id: nothing to attach a job entry to.
 		b.m.rejected(string(werr.Code))
@@ -331,21 +486,22 @@ func (b *Broker) push(ctx context.Context, d *Delivery, m message, now time.Time
 // decode turns a message into a Delivery; werr says why it is poison.
 // d.EntryID is "" only when the message names no valid entry id.
 func (b *Broker) decode(m message, now time.Time) (*Delivery, *wire.Error) {
-	d := &Delivery{Lane: m.lane, MessageID: m.id, Received: now, raw: m.fields["entry"],
-		Deliveries: m.deliveries, replayed: m.fields["replayed"] == "1"}
-	if id := m.fields["entry_id"]; blackboard.ValidID(id) {
+	d := &Delivery{Lane: m.lane, MessageID: m.id, Received: now, raw: m.fields.entry,
+		Deliveries: m.deliveries, replayed: m.fields.replayed == "1"}
+	if id := m.fields.entryID; blackboard.ValidID(id) {
 		d.EntryID, d.JobID = id, wire.JobID(id)
 	}
 	bad := func(code wire.Code, format string, a ...any) (*Delivery, *wire.Error) {
 		return d, &wire.Error{Code: code, Message: fmt.Sprintf(format, a...)}
 	}
-	if v := m.fields["v"]; v != "1" {
+	if v := m.fields.v; v != "1" {
 		return bad(wire.CodeUnsupportedVersion, "intake message version %q, want 1", v)
 	}
 	if len(d.raw) > wire.MaxEntryBytes {
 		return bad(wire.CodePayloadTooLarge, "entry is %d bytes; the limit is %d", len(d.raw), wire.MaxEntryBytes)
 	}
-	if err := json.Unmarshal([]byte(d.raw), &d.Entry); err != nil {
+	var err error
+	if d.Entry, err = decodeEntry(d.raw); err != nil {
 		return bad(wire.CodeMalformedJSON, "entry: %v", err)
 	}
 	switch {
@@ -652,9 +808,22 @@ func parseCounted(lane int, v any) []message {
 		}
 		id, _ := t[0].(string)
 		n, _ := t[2].(int64)
-		out = append(out, message{lane: lane, id: id, fields: pairs(t[1]), deliveries: int(n)})
+		out = append(out, message{lane: lane, id: id, fields: parseFields(t[1]), deliveries: int(n)})
 	}
 	return out
+}
+
+// parseFields reads the fields the broker needs from a flat {field, value,
+// ...} reply.
+func parseFields(v any) msgFields {
+	a, _ := v.([]any)
+	var f msgFields
+	for i := 0; i+1 < len(a); i += 2 {
+		k, _ := a[i].(string)
+		s, _ := a[i+1].(string)
+		f.set(k, s)
+	}
+	return f
 }
 
 // pairs turns a flat {field, value, ...} reply into a map.

@@ -195,22 +195,52 @@ func (in *Inbox) Push(it Item) error {
 // under a new lease. Lapsed leases are collected first, so their items are
 // delivered again.
 func (in *Inbox) Pop(ctx context.Context) (Item, Lease, error) {
+	var it Item
+	var l Lease
+	err := in.pop(ctx, 1, func(e *entry) { it, l = e.Item, e.lease })
+	return it, l, err
+}
+
+// PopBatch is Pop for up to n items: it blocks until one is available (or
+// ctx is done), then takes, in the order successive Pops would, up to n−1
+// more that are available at once, each under its own lease.
+func (in *Inbox) PopBatch(ctx context.Context, n int) ([]Item, []Lease, error) {
+	var its []Item
+	var ls []Lease
+	err := in.pop(ctx, max(n, 1), func(e *entry) { its, ls = append(its, e.Item), append(ls, e.lease) })
+	if err != nil {
+		return nil, nil, err
+	}
+	return its, ls, nil
+}
+
+// pop hands out up to n items (at least one, waiting for it), calling
+// take under the lock for each, leased, in hand-out order.
+func (in *Inbox) pop(ctx context.Context, n int, take func(*entry)) error {
 	for {
 		in.mu.Lock()
 		now := in.cfg.Clock.Now()
 		in.expireLocked(now)
-		if e := in.dequeue(); e != nil {
+		got := 0
+		for got < n {
+			e := in.dequeue()
+			if e == nil {
+				break
+			}
 			in.token++
 			e.Deliveries++
 			e.lease = Lease{ID: e.ID, Token: in.token, Expires: now.Add(in.cfg.LeaseTimeout)}
 			heap.Push(&in.leased, e)
+			take(e)
+			got++
+		}
+		if got > 0 {
 			more := in.queued > 0
-			it, l := e.Item, e.lease
 			in.mu.Unlock()
 			if more {
 				in.signal(in.wake) // pass the baton to the next waiter
 			}
-			return it, l, nil
+			return nil
 		}
 		var t *time.Timer
 		var timer <-chan time.Time
@@ -222,7 +252,7 @@ func (in *Inbox) Pop(ctx context.Context) (Item, Lease, error) {
 		select {
 		case <-ctx.Done():
 			stopTimer(t)
-			return Item{}, Lease{}, ctx.Err()
+			return ctx.Err()
 		case <-in.wake:
 		case <-timer:
 		}

@@ -40,10 +40,28 @@ type JobUpdate struct {
 
 // acceptRecord is Accept's step 1 (accept.lua).
 func (b *Broker) acceptRecord(ctx context.Context, d *Delivery) (Job, bool, error) {
+	j, call, err := b.acceptCall(d)
+	if err != nil {
+		return Job{}, false, err
+	}
+	res, err := scriptAccept.Run(ctx, b.rdb, call.keys, call.args...).Slice()
+	if err != nil {
+		return Job{}, false, fmt.Errorf("create job record: %w", err)
+	}
+	jobID, created := acceptReply(res)
+	if created {
+		return j, true, nil
+	}
+	j, err = b.GetJob(ctx, jobID)
+	return j, false, err
+}
+
+// acceptCall builds accept.lua's call for d and the record it creates.
+func (b *Broker) acceptCall(d *Delivery) (Job, scriptCall, error) {
 	now := epoch(b.cfg.Clock.Now())
 	req, err := json.Marshal(d.Request)
 	if err != nil {
-		return Job{}, false, err
+		return Job{}, scriptCall{}, err
 	}
 	sub := d.Entry.Timestamp
 	j := Job{
@@ -57,18 +75,17 @@ func (b *Broker) acceptRecord(ctx context.Context, d *Delivery) (Job, bool, erro
 	fields := recordPairs(j)
 	fields = append(fields, "request", string(req))
 	args := append([]any{d.Request.IdempotencyKey, d.JobID, formatFloat(now)}, fields...)
-	res, err := scriptAccept.Run(ctx, b.rdb,
-		[]string{b.keys.JobsIdem(), b.keys.Job(d.JobID), b.keys.JobsActive()}, args...).Slice()
-	if err != nil {
-		return Job{}, false, fmt.Errorf("create job record: %w", err)
+	return j, scriptCall{keys: []string{b.keys.JobsIdem(), b.keys.Job(d.JobID), b.keys.JobsActive()}, args: args}, nil
+}
+
+// acceptReply reads accept.lua's {created, job_id}.
+func acceptReply(res []any) (jobID string, created bool) {
+	if len(res) < 2 {
+		return "", false
 	}
-	created, _ := res[0].(int64)
-	jobID, _ := res[1].(string)
-	if created == 1 {
-		return j, true, nil
-	}
-	j, err = b.GetJob(ctx, jobID)
-	return j, false, err
+	c, _ := res[0].(int64)
+	jobID, _ = res[1].(string)
+	return jobID, c == 1
 }
 
 // publishJob is Accept's step 2: post the job's compute.job entry if
@@ -90,6 +107,16 @@ func (b *Broker) publishJob(ctx context.Context, d *Delivery, j Job) error {
 // message. If the poster retracted the request meanwhile, a job this
 // request created is cancelled before it can start.
 func (b *Broker) finishAccept(ctx context.Context, d *Delivery, j Job) (Job, error) {
+	j, err := b.consumeAccepted(ctx, d, j)
+	if err != nil {
+		return Job{}, err
+	}
+	return j, b.ack(ctx, d, nil)
+}
+
+// consumeAccepted is the first half of step 3: the request entry marked
+// consumed (or, retracted meanwhile, the queued job it created cancelled).
+func (b *Broker) consumeAccepted(ctx context.Context, d *Delivery, j Job) (Job, error) {
 	err := b.store.Consume(ctx, d.EntryID, nil)
 	switch {
 	case errors.Is(err, blackboard.ErrConflict) && j.JobID == d.JobID && j.Status == wire.JobQueued:
@@ -107,7 +134,7 @@ func (b *Broker) finishAccept(ctx context.Context, d *Delivery, j Job) (Job, err
 	case err != nil && !errors.Is(err, blackboard.ErrNotFound) && !errors.Is(err, blackboard.ErrConflict):
 		return Job{}, err
 	}
-	return j, b.ack(ctx, d, nil)
+	return j, nil
 }
 
 // GetJob reads one job record; ErrNotFound if there is none.
@@ -116,6 +143,11 @@ func (b *Broker) GetJob(ctx context.Context, jobID string) (Job, error) {
 	if err != nil {
 		return Job{}, fmt.Errorf("broker: get job %s: %w", jobID, err)
 	}
+	return jobFromHash(jobID, h)
+}
+
+// jobFromHash decodes the record HASH h of jobID, as GetJob returns it.
+func jobFromHash(jobID string, h map[string]string) (Job, error) {
 	if len(h) == 0 {
 		return Job{}, fmt.Errorf("broker: get job %s: %w", jobID, ErrNotFound)
 	}

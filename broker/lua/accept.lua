@@ -17,10 +17,6 @@ if existing then
   return { 0, existing }
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-local fields = {}
-for i = 4, #ARGV do
-  fields[#fields + 1] = ARGV[i]
-end
-redis.call('HSET', KEYS[2], unpack(fields))
+redis.call('HSET', KEYS[2], unpack(ARGV, 4))
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
 return { 1, ARGV[2] }

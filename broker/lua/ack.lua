@@ -25,10 +25,6 @@ end
 redis.call('XACK', key, group, id)
 redis.call('XDEL', key, id)
 if #ARGV > 3 then
-  local fields = {}
-  for i = 4, #ARGV do
-    fields[#fields + 1] = ARGV[i]
-  end
-  redis.call('XADD', KEYS[2], '*', unpack(fields))
+  redis.call('XADD', KEYS[2], '*', unpack(ARGV, 4))
 end
 return 1

@@ -25,3 +25,30 @@ local function with_counts(key, group, msgs)
   end
   return out
 end
+
+-- group_lag returns how many messages of stream key group has not yet
+-- delivered (XINFO GROUPS lag), or nil when Redis cannot say: no lag field
+-- (Redis < 7), lag unknown, or no such stream or group.
+local function group_lag(key, group)
+  local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', key)
+  if not ok then
+    return nil
+  end
+  for _, g in ipairs(groups) do
+    local name, lag
+    for j = 1, #g - 1, 2 do
+      if g[j] == 'name' then
+        name = g[j + 1]
+      elseif g[j] == 'lag' then
+        lag = g[j + 1]
+      end
+    end
+    if name == group then
+      if type(lag) == 'number' then
+        return lag
+      end
+      return nil
+    end
+  end
+  return nil
+end

@@ -23,8 +23,8 @@ import (
 // jobBroker is what the dispatcher needs from the broker (owned here, the
 // consumer, so tests can see the whole seam on one screen).
 type jobBroker interface {
-	Next(ctx context.Context) (*broker.Delivery, error)
-	Accept(ctx context.Context, d *broker.Delivery) (broker.Job, bool, error)
+	NextBatch(ctx context.Context, n int) ([]*broker.Delivery, error)
+	AcceptBatch(ctx context.Context, ds []*broker.Delivery) []broker.AcceptResult
 	Reject(ctx context.Context, d *broker.Delivery, werr *wire.Error) error
 	Transition(ctx context.Context, jobID string, from, to wire.JobStatus, u broker.JobUpdate) (broker.Job, error)
 	ListActive(ctx context.Context) ([]broker.Job, error)
@@ -156,7 +156,8 @@ func (d *dispatcher) Intake(ctx context.Context) error {
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
-		del, err := d.br.Next(ctx)
+		room := d.cfg.Scheduler.MaxPending - d.pendingCount() - len(d.incoming)
+		dels, err := d.br.NextBatch(ctx, min(max(room, 1), intakeBatch))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -167,27 +168,32 @@ func (d *dispatcher) Intake(ctx context.Context) error {
 			}
 			continue
 		}
-		job, _, err := d.br.Accept(ctx, del)
-		if err != nil {
-			if ctx.Err() != nil {
+		for i, r := range d.br.AcceptBatch(ctx, dels) {
+			if r.Err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				if !errors.Is(r.Err, broker.ErrLeaseLost) {
+					d.log.Warn("intake: accept", "entry_id", dels[i].EntryID, "err", r.Err)
+				}
+				continue
+			}
+			if r.Job.Status != wire.JobQueued || r.Job.RequestEntryID != dels[i].EntryID {
+				continue // a duplicate idempotency key, or cancelled while accepting
+			}
+			select {
+			case d.incoming <- r.Job:
+			case <-ctx.Done():
 				return nil
 			}
-			if !errors.Is(err, broker.ErrLeaseLost) {
-				d.log.Warn("intake: accept", "entry_id", del.EntryID, "err", err)
-			}
-			continue
 		}
-		if job.Status != wire.JobQueued || job.RequestEntryID != del.EntryID {
-			continue // a duplicate idempotency key, or cancelled while accepting
-		}
-		select {
-		case d.incoming <- job:
-			d.poke()
-		case <-ctx.Done():
-			return nil
-		}
+		d.poke()
 	}
 }
+
+// intakeBatch is the most requests taken from the inbox in one round (one
+// status re-read and one pipelined accept for all of them).
+const intakeBatch = 64
 
 // Recover loads the jobs left active in Redis: queued ones go back to the
 // pending set; running ones on this node are re-attached through their

@@ -1,0 +1,284 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/computeboard/computeboard/blackboard"
+)
+
+// The batch API: NextBatch and AcceptBatch do for several requests what
+// Next and Accept do for one, with the same guarantees, in a few round
+// trips per batch instead of a few per request. An adapter's intake loop
+// that calls
+//
+//	ds, err := b.NextBatch(ctx, 64)
+//	for i, r := range b.AcceptBatch(ctx, ds) { … ds[i], r.Job, r.Created, r.Err … }
+//
+// hands out and accepts what 64 rounds of Next and Accept would, in a few
+// round trips instead of a few hundred.
+
+// acceptConcurrency bounds the requests of one AcceptBatch whose
+// blackboard steps (job entry, consume) are in flight at once.
+const acceptConcurrency = 16
+
+// NextBatch is Next for up to n requests: it blocks until one is ready (or
+// ctx is done), then takes those ready at once, at most n, in the order
+// successive Next calls would hand them out, and re-reads all their
+// statuses in one round trip before handing them out. A retracted,
+// superseded or expired request is finished here, as in Next. The adapter
+// must then accept (Accept or AcceptBatch), release or reject each one
+// within LeaseTimeout.
+//
+// If the status re-read fails, every request goes back to the inbox
+// untouched and the error is returned. A request whose cancellation or
+// expiry fails here goes back to the inbox and is handed out later; the
+// error is returned only when nothing could be handed out.
+func (b *Broker) NextBatch(ctx context.Context, n int) ([]*Delivery, error) {
+	for {
+		its, ls, err := b.inbox.PopBatch(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		ds := make([]*Delivery, len(its))
+		for i, it := range its {
+			d := *it.Value.(*Delivery) // a copy: a redelivery must not share it
+			d.lease, d.Deliveries = ls[i], it.Deliveries
+			ds[i] = &d
+		}
+		out, err := b.handOffBatch(ctx, ds)
+		if len(out) > 0 {
+			if err != nil {
+				b.log.Warn("next batch: some requests go back to the inbox", "err", err)
+			}
+			b.m.handedOut.Add(int64(len(out)))
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("broker: next batch: %w", err)
+		}
+	}
+}
+
+// handOffBatch is handOff for several deliveries, their status reads
+// pipelined. It returns those to hand out; the others are finished (and
+// acked in the inbox) or, on error, returned to the inbox.
+func (b *Broker) handOffBatch(ctx context.Context, ds []*Delivery) ([]*Delivery, error) {
+	now := b.cfg.Clock.Now()
+	cmds := make([]*redis.StringCmd, len(ds))
+	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, d := range ds {
+			if !d.Entry.IsExpired(now) {
+				cmds[i] = p.HGet(ctx, b.keys.Entry(d.EntryID), "status")
+			}
+		}
+		return nil
+	})
+	out := make([]*Delivery, 0, len(ds))
+	var errs []error
+	for i, d := range ds {
+		var ok bool
+		var err error
+		if cmds[i] == nil {
+			err = b.expire(ctx, d)
+		} else {
+			ok, err = b.settle(ctx, d, cmds[i].Val(), cmds[i].Err())
+		}
+		switch {
+		case err != nil:
+			_ = b.inbox.Return(d.lease)
+			errs = append(errs, fmt.Errorf("%s: %w", d.EntryID, err))
+		case ok:
+			out = append(out, d)
+		default:
+			_ = b.inbox.Ack(d.lease) // finished here (cancelled or expired)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// AcceptResult is what Accept returns for one delivery of AcceptBatch.
+type AcceptResult struct {
+	Job     Job
+	Created bool
+	Err     error
+}
+
+// AcceptBatch is Accept for each of ds, result i for ds[i]. Each request
+// goes through Accept's three steps in Accept's order — record, job entry,
+// consume + ack — so a crash anywhere leaves each one where Accept would
+// (see Accept); what changes is that a step is taken for the whole batch
+// at once: the records in one pipeline of accept.lua calls (and one of
+// record reads for the keys that already had a job), the job entries and
+// consumes concurrently (acceptConcurrency at a time), the acks in one
+// pipeline. Requests with the same idempotency key in one batch behave as
+// in successive Accepts: the first creates the job, the others get it with
+// Created false. A failed request has Err set (ErrLeaseLost: drop it;
+// otherwise its lease lapses and it is handed out again) and does not hold
+// up the others.
+func (b *Broker) AcceptBatch(ctx context.Context, ds []*Delivery) []AcceptResult {
+	res := make([]AcceptResult, len(ds))
+	fail := func(i int, err error) {
+		res[i] = AcceptResult{Err: fmt.Errorf("broker: accept %s: %w", ds[i].EntryID, err)}
+	}
+	jobs := make([]Job, len(ds))
+
+	// Step 1: the job records.
+	var live []int
+	var calls []scriptCall
+	for i, d := range ds {
+		if _, err := b.inbox.Extend(d.lease); err != nil {
+			fail(i, err)
+			continue
+		}
+		j, call, err := b.acceptCall(d)
+		if err != nil {
+			fail(i, err)
+			continue
+		}
+		jobs[i] = j
+		live, calls = append(live, i), append(calls, call)
+	}
+	var lookup []int
+	lookupIDs := map[int]string{}
+	for k, cmd := range b.evalBatch(ctx, scriptAccept, calls) {
+		i := live[k]
+		r, err := cmd.Slice()
+		if err != nil {
+			fail(i, fmt.Errorf("create job record: %w", err))
+			continue
+		}
+		jobID, created := acceptReply(r)
+		if created {
+			res[i].Created = true
+		} else {
+			lookup = append(lookup, i)
+			lookupIDs[i] = jobID
+		}
+	}
+	if len(lookup) > 0 {
+		hs := make([]*redis.MapStringStringCmd, len(lookup))
+		_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for k, i := range lookup {
+				hs[k] = p.HGetAll(ctx, b.keys.Job(lookupIDs[i]))
+			}
+			return nil
+		})
+		for k, i := range lookup {
+			h, err := hs[k].Result()
+			if err != nil {
+				fail(i, fmt.Errorf("broker: get job %s: %w", lookupIDs[i], err))
+				continue
+			}
+			if jobs[i], err = jobFromHash(lookupIDs[i], h); err != nil {
+				fail(i, err)
+			}
+		}
+	}
+
+	// Step 2 and the first half of step 3, per request in that order.
+	var g errgroup.Group
+	g.SetLimit(acceptConcurrency)
+	for i, d := range ds {
+		if res[i].Err != nil {
+			continue
+		}
+		g.Go(func() error {
+			err := b.publishJob(ctx, d, jobs[i])
+			if err == nil {
+				jobs[i], err = b.consumeAccepted(ctx, d, jobs[i])
+			}
+			if err != nil {
+				fail(i, err)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+
+	// Step 3's ack.
+	var acks []*Delivery
+	live = live[:0]
+	for i, d := range ds {
+		if res[i].Err == nil {
+			acks, live = append(acks, d), append(live, i)
+		}
+	}
+	for k, err := range b.ackBatch(ctx, acks) {
+		i := live[k]
+		if err != nil {
+			fail(i, err)
+			continue
+		}
+		res[i].Job = jobs[i]
+		_ = b.inbox.Ack(ds[i].lease)
+		b.m.accepted.Add(1)
+	}
+	return res
+}
+
+// ackBatch is ack (without dead letters) for each of ds, in one pipeline.
+func (b *Broker) ackBatch(ctx context.Context, ds []*Delivery) []error {
+	calls := make([]scriptCall, len(ds))
+	for i, d := range ds {
+		calls[i] = scriptCall{keys: []string{b.laneKey(d.Lane), b.keys.DLQ()},
+			args: []any{blackboard.InboxGroup, b.cfg.Consumer, d.MessageID}}
+	}
+	errs := make([]error, len(ds))
+	for i, cmd := range b.evalBatch(ctx, scriptAck, calls) {
+		n, err := cmd.Int()
+		switch {
+		case err != nil:
+			errs[i] = fmt.Errorf("ack %s: %w", ds[i].MessageID, err)
+		case n < 0:
+			b.log.Info("request taken over by another consumer before it was finished here", "entry_id", ds[i].EntryID)
+		}
+	}
+	return errs
+}
+
+// scriptCall is one call of a script: its keys and arguments.
+type scriptCall struct {
+	keys []string
+	args []any
+}
+
+// evalBatch runs sc once per call, in one pipeline of EVALSHA. Calls that
+// meet NOSCRIPT (the script is not loaded yet, or Redis restarted) did not
+// run; the script is loaded and they are sent again.
+func (b *Broker) evalBatch(ctx context.Context, sc *redis.Script, calls []scriptCall) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
+	send := func(idx []int) {
+		_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range idx {
+				cmds[i] = sc.EvalSha(ctx, p, calls[i].keys, calls[i].args...)
+			}
+			return nil
+		})
+	}
+	all := make([]int, len(calls))
+	for i := range all {
+		all[i] = i
+	}
+	if len(all) == 0 {
+		return cmds
+	}
+	send(all)
+	var again []int
+	for i, c := range cmds {
+		if err := c.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		if err := sc.Load(ctx, b.rdb).Err(); err != nil {
+			return cmds // the NOSCRIPT errors stand
+		}
+		send(again)
+	}
+	return cmds
+}
