@@ -162,6 +162,10 @@ func (p *Provider) Poll(ctx context.Context, h providers.Handle) (providers.Stat
 	return st, nil
 }
 
+// startGrace is how long a task directory may exist without a state record
+// before Poll concludes that the task never started.
+const startGrace = time.Minute
+
 // pollDisk reports a task this instance is not running: one it finished,
 // or one started by an earlier adapter process.
 func (p *Provider) pollDisk(id string) (providers.Status, error) {
@@ -180,8 +184,17 @@ func (p *Provider) pollDisk(id string) (providers.Status, error) {
 	case errors.Is(err, fs.ErrNotExist) && !exists(dir):
 		return providers.Status{}, providers.ErrUnknownHandle
 	case errors.Is(err, fs.ErrNotExist):
-		st.State, st.Error = providers.StateLost, "task directory has no state record"
-		return st, nil
+		// A task's state is recorded right after its process starts. A
+		// directory without one is a Start cut short (its adapter died
+		// before the supervisor got the task): give a supervisor that is
+		// still starting up startGrace, then report that the task never
+		// started, so the caller may start the job afresh.
+		fi, serr := os.Stat(dir)
+		if serr == nil && p.clock.Now().Sub(fi.ModTime()) < startGrace {
+			st.State = providers.StatePending
+			return st, nil
+		}
+		return providers.Status{}, fmt.Errorf("%w: task directory has no state record: the task never started", providers.ErrUnknownHandle)
 	case err != nil:
 		return providers.Status{}, err
 	case rec.Provider != p.name || rec.TaskID != id:

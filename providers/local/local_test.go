@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/computeboard/computeboard/internal/clock"
 	"github.com/computeboard/computeboard/providers"
 	"github.com/computeboard/computeboard/providers/providertest"
 	"github.com/google/go-cmp/cmp"
@@ -424,6 +425,31 @@ func TestRestartSeesOldHandles(t *testing.T) {
 		}
 	})
 
+	t.Run("never started", func(t *testing.T) {
+		// A directory without a state record is a Start cut short: pending
+		// while a supervisor might still be starting, then never started.
+		t.Parallel()
+		dir := t.TempDir()
+		id := providertest.TaskID(t)
+		if err := os.Mkdir(filepath.Join(dir, id), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(filepath.Join(dir, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk := clock.NewFake(fi.ModTime().Add(time.Second))
+		p := newTestProvider(t, Config{WorkDir: dir, Clock: clk})
+		h := providers.Handle{Provider: "local", ID: id}
+		if st, err := p.Poll(t.Context(), h); err != nil || st.State != providers.StatePending {
+			t.Fatalf("fresh directory: %+v, %v; want pending", st, err)
+		}
+		clk.Advance(startGrace)
+		if _, err := p.Poll(t.Context(), h); !errors.Is(err, providers.ErrUnknownHandle) {
+			t.Fatalf("after the grace: %v, want ErrUnknownHandle (never started)", err)
+		}
+	})
+
 	t.Run("lost", func(t *testing.T) {
 		t.Parallel()
 		boot, err := bootID()
@@ -465,7 +491,6 @@ func TestRestartSeesOldHandles(t *testing.T) {
 				r.StartTicks = 0
 				return &r
 			},
-			"no state record": func(t *testing.T) *stateRecord { return nil },
 		}
 		for name, record := range tests {
 			t.Run(name, func(t *testing.T) {
