@@ -117,23 +117,29 @@ func postBurst(t *testing.T, st *blackboard.Store, module, template string, n in
 	return ids
 }
 
-// jobStatuses reads the statuses on the requests' compute.job entries
-// (the public contract; a rejected request has an entry but no record).
+// jobStatuses reads the requests' job statuses: from the durable job
+// record, or from the compute.job entry for a request refused before it
+// became a job (a refusal has an entry but no record).
 func jobStatuses(t *testing.T, rdb redis.UniversalClient, st *blackboard.Store, ids []string) map[string]string {
 	t.Helper()
-	cmds := make([]*redis.StringCmd, len(ids))
+	recs := make([]*redis.StringCmd, len(ids))
+	ents := make([]*redis.StringCmd, len(ids))
 	_, _ = rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
 		for i, id := range ids {
-			cmds[i] = p.HGet(context.Background(), st.Keys().Entry(wire.JobID(id)), "data")
+			recs[i] = p.HGet(context.Background(), st.Keys().Job(wire.JobID(id)), "status")
+			ents[i] = p.HGet(context.Background(), st.Keys().Entry(wire.JobID(id)), "data")
 		}
 		return nil
 	})
 	out := make(map[string]string, len(ids))
-	for i, c := range cmds {
+	for i := range ids {
 		var jd wire.JobData
-		if c.Val() != "" && json.Unmarshal([]byte(c.Val()), &jd) == nil {
+		switch {
+		case recs[i].Val() != "":
+			out[ids[i]] = recs[i].Val()
+		case ents[i].Val() != "" && json.Unmarshal([]byte(ents[i].Val()), &jd) == nil:
 			out[ids[i]] = string(jd.Status)
-		} else {
+		default:
 			out[ids[i]] = ""
 		}
 	}
