@@ -124,11 +124,10 @@ func runPost(ctx context.Context, args []string, getenv func(string) string, std
 }
 
 func openStore(ctx context.Context, redisURL, board string) (redis.UniversalClient, *blackboard.Store, error) {
-	opt, err := redis.ParseURL(redisURL)
+	rdb, err := dial(redisURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--redis %q: %w", redisURL, err)
+		return nil, nil, err
 	}
-	rdb := redis.NewClient(opt)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -204,11 +205,10 @@ func connect(ctx context.Context, cfg *Config) (redis.UniversalClient, func(), s
 		return c, func() { _ = c.Close(); emb.Close() },
 			fmt.Sprintf("embedded at redis://%s (in memory; connect modules here)", emb.Addr()), nil
 	}
-	opt, err := redis.ParseURL(cfg.Redis)
+	c, err := dial(cfg.Redis)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("--redis %q: %w", cfg.Redis, err)
+		return nil, nil, "", err
 	}
-	c := redis.NewClient(opt)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := c.Ping(pctx).Err(); err != nil {
@@ -216,6 +216,26 @@ func connect(ctx context.Context, cfg *Config) (redis.UniversalClient, func(), s
 		return nil, nil, "", fmt.Errorf("redis %s: %w", cfg.Redis, err)
 	}
 	return c, func() { _ = c.Close() }, cfg.Redis, nil
+}
+
+// dial builds a client from a URL: redis://, rediss:// or unix:// for one
+// server, or a Redis Cluster when the URL names more nodes with addr=
+// query parameters (redis://host1:6379?addr=host2:6379&addr=host3:6379).
+// Every key of a board shares one hash tag, so its scripts stay legal on a
+// cluster.
+func dial(url string) (redis.UniversalClient, error) {
+	if strings.Contains(url, "addr=") {
+		opt, err := redis.ParseClusterURL(url)
+		if err != nil {
+			return nil, fmt.Errorf("--redis %q: %w", url, err)
+		}
+		return redis.NewClusterClient(opt), nil
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("--redis %q: %w", url, err)
+	}
+	return redis.NewClient(opt), nil
 }
 
 // localNode sizes this machine as an engine node.

@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -102,6 +103,8 @@ type Server struct {
 	// Restart so clients can reconnect.
 	Port int
 
+	cluster bool // run as a cluster node
+
 	mu  sync.Mutex
 	cmd *exec.Cmd // guarded by mu
 }
@@ -169,6 +172,10 @@ func (s *Server) launch() error {
 	}
 	if s.opts.TCP {
 		args = append(args, "--bind", "127.0.0.1")
+	}
+	if s.cluster {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(s.Dir, "nodes.conf"),
+			"--cluster-node-timeout", "2000", "--repl-diskless-sync-delay", "0")
 	}
 	if s.opts.AOF {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
@@ -287,4 +294,83 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Cluster is a Redis Cluster of three masters on loopback, for tests that
+// check that a board's keys stay in one hash slot.
+type Cluster struct {
+	Addrs []string
+	nodes []*Server
+}
+
+// StartCluster starts a three-master cluster for one test and stops it when
+// the test ends. It needs redis-cli (shipped with redis-server).
+func StartCluster(t testing.TB) *Cluster {
+	t.Helper()
+	c := &Cluster{}
+	for range 3 {
+		dir, err := os.MkdirTemp("", "rc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.RemoveAll(dir) })
+		port, err := freeClusterPort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &Server{opts: Options{TCP: true, Dir: dir}, Dir: dir, Port: port, cluster: true}
+		if err := s.launch(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Stop)
+		c.nodes = append(c.nodes, s)
+		c.Addrs = append(c.Addrs, "127.0.0.1:"+strconv.Itoa(port))
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, a := range c.Addrs {
+		for {
+			out, _ := exec.Command("redis-cli", "-h", "127.0.0.1", "-p", strings.TrimPrefix(a, "127.0.0.1:"), "cluster", "info").Output()
+			if strings.Contains(string(out), "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cluster node %s not ok after 20s:\n%s", a, out)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return c
+}
+
+// Client returns a cluster client, closed when t ends.
+func (c *Cluster) Client(t testing.TB) redis.UniversalClient {
+	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
+	t.Cleanup(func() { _ = cl.Close() })
+	return cl
+}
+
+// freeClusterPort finds a free port whose cluster bus port (port+10000) is
+// free too.
+func freeClusterPort() (int, error) {
+	for range 50 {
+		p, err := freePort()
+		if err != nil {
+			return 0, err
+		}
+		if p+10000 > 65535 {
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+10000))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return p, nil
+	}
+	return 0, errors.New("redistest: no free port pair for a cluster node")
 }
