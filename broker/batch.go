@@ -45,10 +45,12 @@ func (b *Broker) NextBatch(ctx context.Context, n int) ([]*Delivery, error) {
 			return nil, err
 		}
 		ds := make([]*Delivery, len(its))
+		copies := make([]Delivery, len(its)) // one allocation for the batch
 		for i, it := range its {
-			d := *it.Value.(*Delivery) // a copy: a redelivery must not share it
+			d := &copies[i]
+			*d = *it.Value.(*Delivery) // a copy: a redelivery must not share it
 			d.lease, d.Deliveries = ls[i], it.Deliveries
-			ds[i] = &d
+			ds[i] = d
 		}
 		out, err := b.handOffBatch(ctx, ds)
 		if len(out) > 0 {

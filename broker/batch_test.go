@@ -537,3 +537,41 @@ func TestReadNewBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestNextBatchStatusErrors: the status re-read fails only
+// the request whose entry key HGET refuses — it goes back to the inbox, as
+// Next does — and the others are handed out.
+func TestNextBatchStatusErrors(t *testing.T) {
+	bd := newBoard(t)
+	b := bd.broker(t, Config{})
+	ctx := t.Context()
+	var ids []string
+	for range 3 {
+		ids = append(ids, bd.post(t, "m", okData))
+	}
+	feed(t, b)
+	if err := bd.rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	bad := ids[1]
+	if err := bd.rdb.Del(ctx, bd.keys.Entry(bad)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := bd.rdb.Set(ctx, bd.keys.Entry(bad), "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := b.NextBatch(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range ds {
+		got = append(got, d.EntryID)
+	}
+	if want := []string{ids[0], ids[2]}; !cmp.Equal(want, got, cmpopts.SortSlices(func(a, b string) bool { return a < b })) {
+		t.Fatalf("handed out %v, want %v", got, want)
+	}
+	if it, ok := b.inbox.Get(bad); !ok || it.Leased {
+		t.Fatalf("the request with the unreadable entry is not back in the inbox: %+v, %v", it, ok)
+	}
+}

@@ -134,7 +134,9 @@ func (p *jparser) member(key string, e *blackboard.Entry) (int, bool) {
 		}
 	case "metadata":
 		start := p.i
-		if ok = p.value(0); ok && p.s[start] == '{' {
+		if ok = p.value(0); ok && p.s[start:p.i] == "{}" {
+			// empty: json.Unmarshal would give an empty map, kept as nil
+		} else if ok && p.s[start] == '{' {
 			var m map[string]any
 			if json.Unmarshal([]byte(p.s[start:p.i]), &m) != nil {
 				return 0, false

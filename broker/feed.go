@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -87,7 +88,59 @@ func (b *Broker) feedStep(ctx context.Context, block time.Duration) (int, error)
 	}
 	b.m.read.Add(int64(len(msgs)))
 	b.m.intake.add(len(msgs))
-	return n + len(msgs), b.ingest(ctx, msgs)
+	ahead, err := b.ingestReadingAhead(ctx, msgs)
+	return n + len(msgs) + ahead, err
+}
+
+// readAheadRounds bounds the reads one feed step makes ahead of its
+// ingestion (intakeMu is held throughout the step).
+const readAheadRounds = 8
+
+// ingestReadingAhead ingests msgs, just read, and meanwhile reads the next
+// new messages, as many as the inbox is sure to have room for once msgs
+// are in (the free room less len(msgs): only the feed and the reclaimer
+// push, both under intakeMu, which the caller holds), then ingests those
+// the same way, up to readAheadRounds reads. Redis serving a read, and the
+// reply's parsing, overlap the decoding of the read before instead of
+// adding to it; messages are still ingested in read order, and each read
+// still takes the most urgent lane first. It stops when a read returns
+// nothing or the room left is below what awaitRoom waits for, and returns
+// how many messages it read.
+func (b *Broker) ingestReadingAhead(ctx context.Context, msgs []message) (int, error) {
+	type result struct {
+		msgs []message
+		err  error
+	}
+	want := min(readBatchMin, max(1, b.inbox.Capacity()/8))
+	total := 0
+	var errs []error
+	for round := 0; ; round++ {
+		var ahead chan result
+		room := b.inbox.Free() - len(msgs)
+		if len(msgs) > 0 && len(errs) == 0 && round < readAheadRounds && room >= want {
+			ahead = make(chan result, 1)
+			go func() {
+				ms, err := b.readNew(ctx, room)
+				ahead <- result{ms, err}
+			}()
+		}
+		if err := b.ingest(ctx, msgs); err != nil {
+			errs = append(errs, err)
+		}
+		if ahead == nil {
+			return total, errors.Join(errs...)
+		}
+		r := <-ahead
+		if r.err != nil {
+			errs = append(errs, r.err)
+		} else {
+			b.backlog.Store(len(r.msgs) == room)
+		}
+		msgs = r.msgs
+		total += len(msgs)
+		b.m.read.Add(int64(len(msgs)))
+		b.m.intake.add(len(msgs))
+	}
 }
 
 // readOwn re-reads, once per lane, the messages still pending for this
@@ -176,7 +229,9 @@ func (b *Broker) readNew(ctx context.Context, room int) ([]message, error) {
 				continue
 			}
 			lane := NumPriorities - 1 - k
-			for _, r := range streamMessages(v) {
+			ms := streamMessages(v)
+			byLane[k] = slices.Grow(byLane[k], len(ms))
+			for _, r := range ms {
 				t, _ := r.([]any)
 				if len(t) != 2 {
 					continue
@@ -189,7 +244,21 @@ func (b *Broker) readNew(ctx context.Context, room int) ([]message, error) {
 			}
 		}
 	}
-	var msgs []message
+	n, lanes := 0, 0
+	for _, ms := range byLane {
+		if len(ms) > 0 {
+			n, lanes = n+len(ms), lanes+1
+		}
+	}
+	if lanes <= 1 { // no copy
+		for _, ms := range byLane {
+			if len(ms) > 0 {
+				return ms, errors.Join(errs...)
+			}
+		}
+		return nil, errors.Join(errs...)
+	}
+	msgs := make([]message, 0, n)
 	for _, ms := range byLane {
 		msgs = append(msgs, ms...)
 	}

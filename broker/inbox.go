@@ -205,8 +205,8 @@ func (in *Inbox) Pop(ctx context.Context) (Item, Lease, error) {
 // ctx is done), then takes, in the order successive Pops would, up to n−1
 // more that are available at once, each under its own lease.
 func (in *Inbox) PopBatch(ctx context.Context, n int) ([]Item, []Lease, error) {
-	var its []Item
-	var ls []Lease
+	its := make([]Item, 0, min(max(n, 1), 64))
+	ls := make([]Lease, 0, cap(its))
 	err := in.pop(ctx, max(n, 1), func(e *entry) { its, ls = append(its, e.Item), append(ls, e.lease) })
 	if err != nil {
 		return nil, nil, err
@@ -493,7 +493,7 @@ func (in *Inbox) enqueue(e *entry) {
 		q = &modQueue{module: e.Module, pass: lv.vtime, index: -1}
 		lv.queues[e.Module] = q
 	}
-	heap.Push(&q.items, e)
+	q.items.push(e)
 	if q.index < 0 {
 		q.pass = max(q.pass, lv.vtime)
 		heap.Push(&lv.active, q)
@@ -512,7 +512,7 @@ func (in *Inbox) dequeue() *entry {
 			continue
 		}
 		q := lv.active[0]
-		e := heap.Pop(&q.items).(*entry)
+		e := q.items.pop()
 		lv.vtime = q.pass
 		q.pass++
 		if len(q.items) == 0 {
@@ -536,7 +536,7 @@ func (in *Inbox) unlink(e *entry) {
 	}
 	lv := &in.levels[e.Priority]
 	q := lv.queues[e.Module]
-	heap.Remove(&q.items, e.index)
+	q.items.remove(e.index)
 	in.queued--
 	if len(q.items) == 0 {
 		heap.Remove(&lv.active, q.index)
@@ -591,30 +591,136 @@ func (in *Inbox) signal(c chan struct{}) {
 	}
 }
 
-// entryHeap orders one module's items: deadline, then arrival.
-type entryHeap []*entry
+// entryHeap orders one module's items: deadline, then arrival. Each slot
+// carries its entry's sort key, so that sifting compares slots in the
+// heap's own array instead of chasing an entry pointer per comparison (at
+// thousands of held items the misses dominated the hand-out's cost). The
+// order is compareEntries'; the sift is container/heap's.
+type entryHeap []slot
 
-func (h entryHeap) Len() int { return len(h) }
-func (h entryHeap) Less(i, j int) bool {
-	return compareEntries(h[i], h[j]) < 0
+// slot is a queued entry with its sort key (see entryKey).
+type slot struct {
+	mono       bool  // the deadline has a monotonic clock reading
+	noDeadline bool  // sorts after every deadline
+	sec        int64 // deadline, Unix seconds
+	nsec       int32 // and nanoseconds
+	seq        uint64
+	e          *entry
 }
-func (h entryHeap) Swap(i, j int) {
+
+func entryKey(e *entry) slot {
+	s := slot{noDeadline: e.Deadline.IsZero(), mono: e.Deadline != e.Deadline.Round(0), seq: e.seq, e: e}
+	if !s.noDeadline {
+		s.sec, s.nsec = e.Deadline.Unix(), int32(e.Deadline.Nanosecond())
+	}
+	return s
+}
+
+// compare is compareEntries(a.e, b.e): (Unix seconds, nanoseconds) order
+// instants as time.Time.Compare does, and equal instants tie as in Equal
+// — unless both deadlines carry monotonic clock readings, which Compare
+// and Equal then use instead.
+func (a *slot) compare(b *slot) int {
+	switch {
+	case a.mono && b.mono:
+		return compareEntries(a.e, b.e)
+	case a.noDeadline != b.noDeadline:
+		if a.noDeadline {
+			return 1
+		}
+		return -1
+	case a.sec != b.sec:
+		return cmpInt(a.sec, b.sec)
+	case a.nsec != b.nsec:
+		return cmpInt(a.nsec, b.nsec)
+	}
+	return cmpInt(a.seq, b.seq)
+}
+
+func cmpInt[T int64 | int32 | uint64](a, b T) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (h entryHeap) less(i, j int) bool { return h[i].compare(&h[j]) < 0 }
+
+func (h entryHeap) swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].index = i
-	h[j].index = j
+	h[i].e.index = i
+	h[j].e.index = j
 }
-func (h *entryHeap) Push(x any) {
-	e := x.(*entry)
+
+func (h *entryHeap) push(e *entry) {
 	e.index = len(*h)
-	*h = append(*h, e)
+	*h = append(*h, entryKey(e))
+	h.up(e.index)
 }
-func (h *entryHeap) Pop() any {
+
+// pop removes and returns the first entry.
+func (h *entryHeap) pop() *entry {
+	n := len(*h) - 1
+	h.swap(0, n)
+	h.down(0, n)
+	return h.cut()
+}
+
+// remove removes and returns the entry at i.
+func (h *entryHeap) remove(i int) *entry {
+	n := len(*h) - 1
+	if n != i {
+		h.swap(i, n)
+		if !h.down(i, n) {
+			h.up(i)
+		}
+	}
+	return h.cut()
+}
+
+// cut drops the last slot and returns its entry.
+func (h *entryHeap) cut() *entry {
 	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
+	n := len(old) - 1
+	e := old[n].e
+	old[n] = slot{}
+	*h = old[:n]
 	e.index = -1
 	return e
+}
+
+func (h entryHeap) up(j int) {
+	for {
+		i := (j - 1) / 2 // parent
+		if i == j || !h.less(j, i) {
+			break
+		}
+		h.swap(i, j)
+		j = i
+	}
+}
+
+func (h entryHeap) down(i0, n int) bool {
+	i := i0
+	for {
+		j1 := 2*i + 1
+		if j1 >= n || j1 < 0 { // j1 < 0 after int overflow
+			break
+		}
+		j := j1 // left child
+		if j2 := j1 + 1; j2 < n && h.less(j2, j1) {
+			j = j2 // = 2*i + 2  // right child
+		}
+		if !h.less(j, i) {
+			break
+		}
+		h.swap(i, j)
+		i = j
+	}
+	return i > i0
 }
 
 // compareEntries is CompareItems with the arrival counter standing in for
@@ -642,7 +748,7 @@ func (h queueHeap) Less(i, j int) bool {
 	if a.pass != b.pass {
 		return a.pass < b.pass
 	}
-	if c := compareEntries(a.items[0], b.items[0]); c != 0 {
+	if c := a.items[0].compare(&b.items[0]); c != 0 {
 		return c < 0
 	}
 	return a.module < b.module

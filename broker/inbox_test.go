@@ -422,3 +422,72 @@ func TestInboxSnapshot(t *testing.T) {
 		t.Errorf("Snapshot (-want +got):\n%s", diff)
 	}
 }
+
+// TestEntryHeapOrder: the module heap's inline sort keys order entries
+// exactly as compareEntries does — deadlines of any range, none, equal
+// instants in other locations, monotonic readings — and the heap pops
+// in that order through pushes and removals.
+func TestEntryHeapOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	now := time.Now() // has a monotonic reading
+	deadline := func() time.Time {
+		switch rng.IntN(8) {
+		case 0:
+			return time.Time{}
+		case 1:
+			return now.Add(time.Duration(rng.IntN(5)) * time.Second)
+		case 2:
+			return time.Unix(1e11, int64(rng.IntN(3))).In(time.FixedZone("x", 3600))
+		case 3:
+			return time.Unix(-5, int64(rng.IntN(2)))
+		case 4:
+			return now.Round(0).Add(time.Duration(rng.IntN(5)) * time.Second)
+		}
+		return time.Unix(int64(1.7e9+rng.IntN(4)), int64(rng.IntN(3))*5e8).UTC()
+	}
+	var es []*entry
+	for i := range 400 {
+		es = append(es, &entry{Item: Item{ID: fmt.Sprint(i), Deadline: deadline()}, seq: uint64(rng.IntN(1000)), index: -1})
+	}
+	for _, a := range es {
+		for _, b := range es[:50] {
+			ka, kb := entryKey(a), entryKey(b)
+			if got, want := ka.compare(&kb), compareEntries(a, b); got != want {
+				t.Fatalf("compare(%v/%d, %v/%d) = %d, compareEntries %d", a.Deadline, a.seq, b.Deadline, b.seq, got, want)
+			}
+		}
+	}
+	for i, e := range es {
+		e.seq = uint64(i) // unique, as the inbox makes them
+	}
+	var h entryHeap
+	held := map[*entry]bool{}
+	for i, e := range es {
+		h.push(e)
+		held[e] = true
+		if i%7 == 3 { // remove one at random
+			victim := h[rng.IntN(len(h))].e
+			if got := h.remove(victim.index); got != victim || victim.index != -1 {
+				t.Fatalf("remove returned %v", got)
+			}
+			delete(held, victim)
+		}
+		for k, s := range h {
+			if s.e.index != k {
+				t.Fatalf("slot %d holds entry with index %d", k, s.e.index)
+			}
+		}
+	}
+	var prev *entry
+	for len(h) > 0 {
+		e := h.pop()
+		if prev != nil && compareEntries(prev, e) > 0 {
+			t.Fatalf("popped %v/%d after %v/%d", e.Deadline, e.seq, prev.Deadline, prev.seq)
+		}
+		delete(held, e)
+		prev = e
+	}
+	if len(held) != 0 {
+		t.Fatalf("%d entries never popped", len(held))
+	}
+}

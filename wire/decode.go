@@ -26,6 +26,17 @@ func DecodeRequest(data []byte, in EntryInfo) (Request, *Error) {
 	if !utf8.Valid(data) {
 		return Request{}, errorf(CodeMalformedJSON, "", "data is not valid UTF-8")
 	}
+	if r, set, ok := fastDecode(data); ok {
+		return finishDecode(r, set, in)
+	}
+	return slowDecode(data, in)
+}
+
+// slowDecode is DecodeRequest for whatever fastDecode does not take: every
+// refusal of the JSON (and so every error message about it) comes from here.
+// It scans the tokens (syntax, duplicates, unknown fields, nulls, nesting),
+// then decodes with encoding/json.
+func slowDecode(data []byte, in EntryInfo) (Request, *Error) {
 	sc, err := scan(data)
 	if err != nil {
 		return Request{}, err
@@ -43,28 +54,37 @@ func DecodeRequest(data []byte, in EntryInfo) (Request, *Error) {
 	if err := dec.Decode(&r); err != nil {
 		return Request{}, sc.mapDecodeError(err)
 	}
-	if err := sc.checkExplicit(&r); err != nil {
+	var set fieldSet
+	for path := range sc.present {
+		set |= fieldBit(path)
+	}
+	return finishDecode(r, set, in)
+}
+
+// finishDecode takes a request as encoding/json decoded it, with the set of
+// fields the data gave, through the checks that follow the decoding: explicit
+// empty values, normal form, defaults, Validate.
+func finishDecode(r Request, set fieldSet, in EntryInfo) (Request, *Error) {
+	if err := checkExplicit(&r, set); err != nil {
 		return Request{}, err
 	}
 	normalize(&r)
-
-	set := sc.present
-	if !set["version"] {
+	if set&setVersion == 0 {
 		r.Version = SchemaVersion
 	}
-	if !set["priority"] {
+	if set&setPriority == 0 {
 		r.Priority = DefaultPriority(in.Priority)
 	}
-	if !set["account"] {
+	if set&setAccount == 0 {
 		r.Account = in.SourceModule
 	}
-	if !set["idempotency_key"] {
+	if set&setIdempotencyKey == 0 {
 		r.IdempotencyKey = in.ID
 	}
-	if !set["resource_requirements.cpu_cores"] {
+	if set&setCPUCores == 0 {
 		r.Resources.CPUCores = DefaultCPUCores
 	}
-	if !set["resource_requirements.memory"] {
+	if set&setMemory == 0 {
 		r.Resources.MemoryGB = DefaultMemoryGB
 	}
 	if err := r.Validate(); err != nil {
@@ -73,24 +93,73 @@ func DecodeRequest(data []byte, in EntryInfo) (Request, *Error) {
 	return r, nil
 }
 
+// fieldSet records which of the fields that change the decoding's outcome
+// by their presence the data gave.
+type fieldSet uint16
+
+const (
+	setVersion fieldSet = 1 << iota
+	setPriority
+	setAccount
+	setIdempotencyKey
+	setCPUCores
+	setMemory
+	setTemplate
+	setCommand
+	setDeadline
+	setGangID
+	setGangSize
+)
+
+// fieldBit is the bit of a field path ("resource_requirements.memory"); 0
+// for the fields whose presence does not matter.
+func fieldBit(path string) fieldSet {
+	switch path {
+	case "version":
+		return setVersion
+	case "priority":
+		return setPriority
+	case "account":
+		return setAccount
+	case "idempotency_key":
+		return setIdempotencyKey
+	case "resource_requirements.cpu_cores":
+		return setCPUCores
+	case "resource_requirements.memory":
+		return setMemory
+	case "template":
+		return setTemplate
+	case "command":
+		return setCommand
+	case "deadline":
+		return setDeadline
+	case "gang_id":
+		return setGangID
+	case "gang_size":
+		return setGangSize
+	}
+	return 0
+}
+
 // checkExplicit refuses values that are only meaningful when absent: an
 // explicit empty string, empty command, zero deadline or zero gang size
 // would otherwise be silently read as "not given" or replaced by a default.
-func (sc *scanResult) checkExplicit(r *Request) *Error {
-	empty := []struct {
+func checkExplicit(r *Request, set fieldSet) *Error {
+	empty := [...]struct {
 		field string
+		bit   fieldSet
 		zero  bool
 	}{
-		{"template", r.Template == ""},
-		{"command", len(r.Command) == 0},
-		{"account", r.Account == ""},
-		{"deadline", r.Deadline == 0},
-		{"idempotency_key", r.IdempotencyKey == ""},
-		{"gang_id", r.GangID == ""},
-		{"gang_size", r.GangSize == 0},
+		{"template", setTemplate, r.Template == ""},
+		{"command", setCommand, len(r.Command) == 0},
+		{"account", setAccount, r.Account == ""},
+		{"deadline", setDeadline, r.Deadline == 0},
+		{"idempotency_key", setIdempotencyKey, r.IdempotencyKey == ""},
+		{"gang_id", setGangID, r.GangID == ""},
+		{"gang_size", setGangSize, r.GangSize == 0},
 	}
 	for _, f := range empty {
-		if sc.present[f.field] && f.zero {
+		if set&f.bit != 0 && f.zero {
 			return errorf(CodeInvalidValue, f.field, "must not be empty or zero; omit the field instead")
 		}
 	}
