@@ -18,6 +18,8 @@ func TestKeys(t *testing.T) {
 		"modules":     {k.Modules(), "asi:bb:{b1}:modules"},
 		"stats":       {k.Stats(), "asi:bb:{b1}:stats"},
 		"adapters":    {k.Adapters(), "asi:bb:{b1}:adapters"},
+		"jobs owner":  {k.JobsOwner(), "asi:bb:{b1}:jobs:owner"},
+		"engine":      {k.EngineState(), "asi:bb:{b1}:engine:state"},
 		"inbox":       {k.Inbox(7), "asi:bb:{b1}:inbox:compute:p7"},
 		"dlq":         {k.DLQ(), "asi:bb:{b1}:inbox:compute:dlq"},
 		"job":         {k.Job("j1"), "asi:bb:{b1}:job:j1"},

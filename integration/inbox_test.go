@@ -335,3 +335,64 @@ func TestRedisRestartDuringIntake(t *testing.T) {
 	checkExactlyOnce(t, all, sts, runCounts(t, countFile))
 	t.Logf("%d requests across the restart", len(all))
 }
+
+// TestDeadAdapterWorkIsTakenOver kills an adapter that holds queued and
+// running jobs and never brings it back: another adapter adopts its queued
+// jobs once its heartbeat stops, and ends its running jobs as lost after
+// node_timeout (their processes may live on there, so they never run twice).
+func TestDeadAdapterWorkIsTakenOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long")
+	}
+	t.Parallel()
+	srv := redistest.Shared(t)
+	rdb, board := redistest.New(t)
+	st := storeFor(t, rdb, board)
+	dir := t.TempDir()
+	fa, fb := filepath.Join(dir, "runs-a"), filepath.Join(dir, "runs-b")
+	extra := "scheduler:\n  interval: 50ms\n  node_timeout: 3s\n"
+	mk := func(node, file string) string {
+		c := countingConfig(t, board, node, file, "")
+		body := strings.Replace(readFile(t, c), "scheduler:\n  interval: 50ms\n", extra, 1)
+		body = strings.Replace(body, "cpu_cores: 64", "cpu_cores: 1", 1)
+		return writeConfig(t, body)
+	}
+	a := startProc(t, "--config", mk("node-a", fa), "--redis", srv.URL(), "--consumer", "dead-a")
+	var ids []string
+	for range 12 {
+		// cpu_cores 1 on a one-core node: A runs them one at a time.
+		ids = append(ids, postData(t, st, "planner", `{"template":"slowcount","resource_requirements":{"cpu_cores":1}}`, nil))
+	}
+	eventually(t, 60*time.Second, "A to accept every request and run some", func() bool {
+		sts := jobStatuses(t, rdb, st, ids)
+		queued := 0
+		for _, s := range sts {
+			if s == string(wire.JobQueued) {
+				queued++
+			}
+		}
+		return len(runCounts(t, fa)) >= 2 && queued >= 5 && sts[ids[len(ids)-1]] != ""
+	})
+	a.kill(t)
+	startProc(t, "--config", mk("node-b", fb), "--redis", srv.URL(), "--consumer", "alive-b")
+	sts := waitAllTerminal(t, rdb, st, ids, 2*time.Minute)
+	runs := runCounts(t, fa, fb)
+	lost := 0
+	for _, id := range ids {
+		switch {
+		case runs[id] > 1:
+			t.Errorf("request %s ran %d times", id, runs[id])
+		case sts[id] == string(wire.JobSucceeded) && runs[id] == 1:
+		case sts[id] == string(wire.JobFailed):
+			lost++ // was running on A when it died
+		default:
+			t.Errorf("request %s: job %q, ran %d times", id, sts[id], runs[id])
+		}
+	}
+	if lost > 1 {
+		t.Errorf("%d jobs lost; only the one running on A when it died may be", lost)
+	}
+	if nb := len(runCounts(t, fb)); nb < 5 {
+		t.Errorf("B ran only %d of A's queued jobs", nb)
+	}
+}

@@ -126,6 +126,11 @@ type SchedulerConfig struct {
 	// the inbox fills, and the broker stops reading Redis: backpressure
 	// all the way to the intake lanes, where requests wait safely.
 	MaxPending int `yaml:"max_pending"`
+	// NodeTimeout is how long another adapter's node may be silent (no
+	// heartbeat) before its running jobs are ended as lost (default 5m).
+	// Its queued jobs are adopted after 30 s of silence (or NodeTimeout if
+	// shorter). Heartbeats go out every 5 s (or NodeTimeout/3).
+	NodeTimeout Duration `yaml:"node_timeout"`
 }
 
 // TelemetryConfig tunes the metrics publisher.
@@ -248,6 +253,9 @@ func (c *Config) fill(getenv func(string) string) error {
 	case "", "best-fit", "first-fit", "worst-fit", "balanced", "most-allocated":
 	default:
 		return fmt.Errorf("scheduler.placement %q: want best-fit, first-fit, worst-fit, balanced or most-allocated", c.Scheduler.Placement)
+	}
+	if c.Scheduler.NodeTimeout == 0 {
+		c.Scheduler.NodeTimeout = Duration(5 * time.Minute)
 	}
 	if c.Scheduler.MaxPending == 0 {
 		c.Scheduler.MaxPending = 10000

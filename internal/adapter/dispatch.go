@@ -63,7 +63,8 @@ type dispatcher struct {
 	accounts []engine.Account
 	clock    clock.Clock
 	log      *slog.Logger
-	notify   func() // telemetry wake-up; never blocks
+	notify   func()    // telemetry wake-up; never blocks
+	pres     *presence // heartbeats and job holders, shared with other adapters
 
 	incoming chan broker.Job // accepted jobs, from the intake goroutine
 	wake     chan struct{}   // one-slot: run a cycle soon
@@ -93,7 +94,7 @@ type counters struct {
 	lastCycle                    time.Duration
 }
 
-func newDispatcher(cfg *Config, br jobBroker, prov providers.Provider, provName string, node engine.Node, clk clock.Clock, log *slog.Logger, notify func()) *dispatcher {
+func newDispatcher(cfg *Config, br jobBroker, prov providers.Provider, provName string, node engine.Node, clk clock.Clock, log *slog.Logger, notify func(), pres *presence) *dispatcher {
 	pol := engine.Policy{
 		Selection: engine.Selection(cfg.Scheduler.FairShare),
 		Strategy:  engine.Strategy(cfg.Scheduler.Placement),
@@ -104,7 +105,7 @@ func newDispatcher(cfg *Config, br jobBroker, prov providers.Provider, provName 
 	}
 	return &dispatcher{
 		cfg: cfg, br: br, prov: prov, provName: provName, node: node, policy: pol, accounts: accts,
-		clock: clk, log: log, notify: notify,
+		clock: clk, log: log, notify: notify, pres: pres,
 		incoming: make(chan broker.Job, 1024),
 		wake:     make(chan struct{}, 1),
 		room:     make(chan struct{}, 1),
@@ -168,7 +169,17 @@ func (d *dispatcher) Intake(ctx context.Context) error {
 			}
 			continue
 		}
-		for i, r := range d.br.AcceptBatch(ctx, dels) {
+		results := d.br.AcceptBatch(ctx, dels)
+		var mine []string
+		for _, r := range results {
+			if r.Err == nil && r.Job.Status == wire.JobQueued {
+				mine = append(mine, r.Job.JobID)
+			}
+		}
+		if err := d.pres.Own(ctx, mine...); err != nil && ctx.Err() == nil {
+			d.log.Warn("intake: record holder", "err", err)
+		}
+		for i, r := range results {
 			if r.Err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -195,34 +206,67 @@ func (d *dispatcher) Intake(ctx context.Context) error {
 // status re-read and one pipelined accept for all of them).
 const intakeBatch = 64
 
-// Recover loads the jobs left active in Redis: queued ones go back to the
-// pending set; running ones on this node are re-attached through their
-// handle (or ended as lost). It also adopts queued jobs accepted by other
-// adapters, which is how the queued work of a dead adapter is finished.
+// Recover loads the jobs left active in Redis that this adapter should
+// hold: queued jobs it accepted (after a restart) or whose holder has
+// stopped beating (a dead adapter's queue), and running jobs on its node,
+// re-attached through their handle. A running job on a node silent for
+// longer than Scheduler.NodeTimeout is ended as lost: its process may
+// still run there, so it is never started again elsewhere.
 func (d *dispatcher) Recover(ctx context.Context) error {
 	jobs, err := d.br.ListActive(ctx)
 	if err != nil {
 		return err
 	}
+	var fresh []broker.Job
 	for _, j := range jobs {
 		d.mu.Lock()
 		_, known := d.pending[j.JobID]
 		_, knownR := d.running[j.JobID]
 		d.mu.Unlock()
-		if known || knownR {
-			continue
-		}
-		switch j.Status {
-		case wire.JobQueued:
-			d.addPending(j)
-		case wire.JobRunning:
-			if j.Node != d.node.Name {
-				continue // another adapter's node
-			}
-			d.reattach(ctx, j)
+		if !known && !knownR {
+			fresh = append(fresh, j)
 		}
 	}
-	return nil
+	ids := make([]string, len(fresh))
+	for i, j := range fresh {
+		ids[i] = j.JobID
+	}
+	owners, silent, err := d.pres.view(ctx, ids)
+	if err != nil {
+		return err
+	}
+	var adopted []string
+	for _, j := range fresh {
+		switch j.Status {
+		case wire.JobQueued:
+			owner := owners[j.JobID]
+			if owner != "" && owner != d.node.Name && !gone(silent, owner, d.pres.staleness) {
+				continue // a live adapter holds it
+			}
+			d.addPending(j)
+			adopted = append(adopted, j.JobID)
+		case wire.JobRunning:
+			switch {
+			case j.Node == d.node.Name:
+				d.reattach(ctx, j)
+			case gone(silent, j.Node, d.cfg.Scheduler.NodeTimeout.D()):
+				d.endLost(ctx, j)
+			}
+		}
+	}
+	return d.pres.Own(ctx, adopted...)
+}
+
+// endLost ends a running job whose node went silent.
+func (d *dispatcher) endLost(ctx context.Context, j broker.Job) {
+	_, err := d.br.Transition(ctx, j.JobID, wire.JobRunning, wire.JobFailed, broker.JobUpdate{
+		Error: &wire.JobError{Code: "lost", Message: fmt.Sprintf("node %s has not been heard from for over %v", j.Node, d.cfg.Scheduler.NodeTimeout.D())}})
+	if err != nil && !errors.Is(err, broker.ErrConflict) {
+		d.log.Warn("end lost job", "job", j.JobID, "err", err)
+		return
+	}
+	_ = d.pres.Disown(ctx, j.JobID)
+	d.log.Warn("ended a job of a silent node as lost", "job", j.JobID, "node", j.Node)
 }
 
 func (d *dispatcher) reattach(ctx context.Context, j broker.Job) {
@@ -354,6 +398,7 @@ func (d *dispatcher) applyCancels(ctx context.Context) bool {
 			d.mu.Lock()
 			delete(d.pending, p.rec.JobID)
 			d.mu.Unlock()
+			_ = d.pres.Disown(ctx, id)
 			changed = true
 		case isRunning:
 			if err := d.prov.Stop(ctx, r.handle); err != nil {
@@ -470,6 +515,9 @@ func (d *dispatcher) finish(ctx context.Context, t *tracked, st providers.Status
 		d.stats.turnN++
 	}
 	d.mu.Unlock()
+	if !retry {
+		_ = d.pres.Disown(ctx, t.rec.JobID)
+	}
 	d.log.Info("job ended", "job", t.rec.JobID, "status", to, "exit_code", st.ExitCode)
 }
 
@@ -587,6 +635,7 @@ func (d *dispatcher) start(ctx context.Context, p engine.Placement) bool {
 		if terr != nil {
 			d.log.Warn("start: record failure", "job", rec.JobID, "err", terr)
 		}
+		_ = d.pres.Disown(ctx, rec.JobID)
 		d.mu.Lock()
 		d.stats.failed++
 		d.mu.Unlock()
@@ -619,6 +668,7 @@ func (d *dispatcher) rejectFinal(ctx context.Context, r engine.Rejection) {
 	if err != nil && !errors.Is(err, broker.ErrConflict) {
 		d.log.Warn("reject job", "job", t.rec.JobID, "err", err)
 	}
+	_ = d.pres.Disown(ctx, t.rec.JobID)
 	d.mu.Lock()
 	d.stats.failed++
 	d.mu.Unlock()

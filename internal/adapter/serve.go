@@ -139,7 +139,12 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 	if err := br.EnsureGroups(ctx); err != nil {
 		return err
 	}
-	disp = newDispatcher(cfg, br, prov, "local", node, clk, logger.With("component", "dispatcher"), func() { pub.Notify() })
+	pres := &presence{rdb: rdb, adapters: store.Keys().Adapters(), owners: store.Keys().JobsOwner(), node: node.Name,
+		consumer: cfg.Consumer, clock: clk, every: min(5*time.Second, cfg.Scheduler.NodeTimeout.D()/3), staleness: min(30*time.Second, cfg.Scheduler.NodeTimeout.D()), log: logger.With("component", "presence")}
+	if err := pres.Beat(ctx); err != nil {
+		return err
+	}
+	disp = newDispatcher(cfg, br, prov, "local", node, clk, logger.With("component", "dispatcher"), func() { pub.Notify() }, pres)
 	inboxDepth := func() int { return br.Inbox().Len() }
 	pub = newPublisher(store, func() PoolStats { return disp.Stats(inboxDepth()) }, cfg.Telemetry.Interval.D(), logger.With("component", "telemetry"))
 	ckpt := &checkpointer{rdb: rdb, key: store.Keys().EngineState(), node: node.Name, disp: disp,
@@ -165,6 +170,7 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 	g.Go(func() error { return disp.Run(gctx) })
 	g.Go(func() error { return pub.Run(gctx) })
 	g.Go(func() error { return ckpt.Run(gctx) })
+	g.Go(func() error { return pres.Run(gctx) })
 	if cfg.Listen != "off" {
 		ln, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {
