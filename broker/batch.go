@@ -40,17 +40,11 @@ const acceptConcurrency = 16
 // error is returned only when nothing could be handed out.
 func (b *Broker) NextBatch(ctx context.Context, n int) ([]*Delivery, error) {
 	for {
-		its, ls, err := b.inbox.PopBatch(ctx, n)
+		n = max(n, 1)
+		ds := make([]*Delivery, 0, min(n, 64))
+		err := b.inbox.pop(ctx, n, func(e *entry) { ds = append(ds, handOut(e)) })
 		if err != nil {
 			return nil, err
-		}
-		ds := make([]*Delivery, len(its))
-		copies := make([]Delivery, len(its)) // one allocation for the batch
-		for i, it := range its {
-			d := &copies[i]
-			*d = *it.Value.(*Delivery) // a copy: a redelivery must not share it
-			d.lease, d.Deliveries = ls[i], it.Deliveries
-			ds[i] = d
 		}
 		out, err := b.handOffBatch(ctx, ds)
 		if len(out) > 0 {

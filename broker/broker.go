@@ -266,23 +266,43 @@ func (bo *backoff) reset() { bo.d = 0 }
 // the request is handed out again.
 func (b *Broker) Next(ctx context.Context) (*Delivery, error) {
 	for {
-		it, l, err := b.inbox.Pop(ctx)
-		if err != nil {
+		var d *Delivery
+		if err := b.inbox.pop(ctx, 1, func(e *entry) { d = handOut(e) }); err != nil {
 			return nil, err
 		}
-		d := *it.Value.(*Delivery) // a copy: a redelivery must not share it
-		d.lease, d.Deliveries = l, it.Deliveries
-		ok, err := b.handOff(ctx, &d)
+		ok, err := b.handOff(ctx, d)
 		if err != nil {
-			_ = b.inbox.Return(l)
+			_ = b.inbox.Return(d.lease)
 			return nil, fmt.Errorf("broker: next %s: %w", d.EntryID, err)
 		}
 		if ok {
 			b.m.handedOut.Add(1)
-			return &d, nil
+			return d, nil
 		}
-		_ = b.inbox.Ack(l) // finished here (cancelled or expired)
+		_ = b.inbox.Ack(d.lease) // finished here (cancelled or expired)
 	}
+}
+
+// handOut is the delivery handed out for e, just leased by the inbox (it
+// runs under the inbox's lock, inside pop). A hand-out must not share
+// mutable state with an earlier one of the same request: the earlier
+// holder's lease (and Deliveries) must stay what they were, so that its
+// Accept or Release fails with ErrLeaseLost instead of acting on the new
+// lease. The first hand-out therefore gives out the inbox's own Delivery,
+// stamping its lease and count, and every later one (after a lapse,
+// Release, Requeue or a failed hand-off: lease.Token already set) a copy.
+// The inbox's Delivery is written only here, under the lock, and never
+// again once handed out, so the broker's other readers (which reach it
+// through the inbox, under the same lock) and the first holder never race.
+// Most requests are handed out once: no copy, no allocation per hand-out.
+func handOut(e *entry) *Delivery {
+	d := e.Value.(*Delivery)
+	if d.lease.Token != 0 {
+		c := *d
+		d = &c
+	}
+	d.lease, d.Deliveries = e.lease, e.Deliveries
+	return d
 }
 
 // handOff checks the request entry's current status; false means the

@@ -413,7 +413,8 @@ func (b *Broker) expiryStep(ctx context.Context) error {
 	b.inbox.ExpireLeases()
 	var errs []error
 	for _, it := range b.inbox.TakeDead() {
-		d := it.Value.(*Delivery)
+		d := new(Delivery)
+		*d = *it.Value.(*Delivery) // a copy: a former holder may still read it
 		d.Deliveries = it.Deliveries
 		werr := &wire.Error{Code: wire.CodeDeliveryLimit, Message: fmt.Sprintf(
 			"handed out %d times without being accepted (limit %d)", it.Deliveries, b.cfg.DeliveryLimit)}

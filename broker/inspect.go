@@ -182,7 +182,8 @@ func (i *Inspector) Drop(ctx context.Context, entryID string) error {
 	if !ok {
 		return fmt.Errorf("broker: drop %s: %w", entryID, ErrNotFound)
 	}
-	d := it.Value.(*Delivery)
+	d := new(Delivery)
+	*d = *it.Value.(*Delivery) // a copy: its holder, if leased, may still read it
 	d.Deliveries = max(d.Deliveries, it.Deliveries)
 	if err := i.b.deadLetter(ctx, d, ReasonDropped, &wire.Error{Message: "dropped by an operator"}); err != nil {
 		return fmt.Errorf("broker: drop %s: %w", entryID, err)
