@@ -30,9 +30,14 @@ bench: deps ## Benchmarks: blackboard, broker intake, engine (see README for rea
 sim: ## Run the shipped simulator traces
 	$(GO) run ./cmd/adapter sim examples/traces/shares-1-2-5.json --compare all
 
-lint: ## go vet + gofmt check
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+lint: ## go vet, gofmt, staticcheck, and no wall clock or global rand in the engine, blackboard, broker
 	$(GO) vet $(PKGS)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) run $(STATICCHECK) $(PKGS)
+	@out=$$(git grep -n -E 'time\.Now\(\)|"math/rand"|math/rand/v2"\.(Int|Float)' -- 'engine/*.go' 'blackboard/*.go' 'broker/*.go' ':!*_test.go' ':!engine/sim/*'); \
+	  if [ -n "$$out" ]; then echo "wall clock or global randomness where only the Clock or a seeded source belongs:"; echo "$$out"; exit 1; fi
 
 rewrite: ## Refresh the engine's golden scenario files
 	$(GO) test ./engine/... -rewrite

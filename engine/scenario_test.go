@@ -51,11 +51,10 @@ func TestScenarios(t *testing.T) {
 }
 
 type scenario struct {
-	t       *testing.T
-	snap    engine.Snapshot
-	state   engine.State
-	plan    engine.Plan
-	running map[string]int // job ID → index in snap.Running
+	t     *testing.T
+	snap  engine.Snapshot
+	state engine.State
+	plan  engine.Plan
 }
 
 func runScenario(t *testing.T, path string) {

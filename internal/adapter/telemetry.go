@@ -33,7 +33,6 @@ type publisher struct {
 	// Owned by the Run goroutine only.
 	lastUtil      map[string]float64
 	lastCounts    [3]int
-	lastPost      time.Time
 	exhausted     bool
 	lastCompleted int
 }
