@@ -373,3 +373,35 @@ func TestEngineStateSurvivesRestart(t *testing.T) {
 		t.Fatalf("planner's usage after restart = %v, before = %v; want kept and decayed", second["planner"], first["planner"])
 	}
 }
+
+// TestRetractWhileAdapterDown retracts requests whose jobs were accepted
+// while no adapter was running: on restart the queued one never starts and
+// the running one is stopped.
+func TestRetractWhileAdapterDown(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	rdb, board := redistest.New(t)
+	st := storeFor(t, rdb, board)
+	countFile := filepath.Join(t.TempDir(), "runs")
+	cfg := smallNodeConfig(t, board, countFile, "listen: off\n")
+	stop, _ := runAdapter(t, "--config", cfg, "--redis", srv.URL())
+	running := postData(t, st, "planner", `{"template":"sleep","arguments":["60"]}`, nil)
+	waitStatus(t, st, running, wire.JobRunning)
+	queued := postData(t, st, "planner", `{"template":"count"}`, nil)
+	waitStatus(t, st, queued, wire.JobQueued)
+	stop()
+
+	for _, id := range []string{queued, running} {
+		if err := st.Retract(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runAdapter(t, "--config", cfg, "--redis", srv.URL())
+	waitStatus(t, st, queued, wire.JobCancelled)
+	jd := waitStatus(t, st, running, wire.JobCancelled)
+	pid := readPID(t, filepath.Dir(jd.StdoutPath))
+	eventually(t, 30*time.Second, "the sleep process to die", func() bool { return !procAlive(pid) })
+	if runs := runCounts(t, countFile); runs[queued] != 0 {
+		t.Errorf("the retracted request ran %d times", runs[queued])
+	}
+}

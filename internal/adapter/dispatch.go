@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/computeboard/computeboard/blackboard"
 	"github.com/computeboard/computeboard/broker"
 	"github.com/computeboard/computeboard/engine"
 	"github.com/computeboard/computeboard/internal/clock"
@@ -65,6 +66,8 @@ type dispatcher struct {
 	log      *slog.Logger
 	notify   func()    // telemetry wake-up; never blocks
 	pres     *presence // heartbeats and job holders, shared with other adapters
+	// requestStatus reads the status of request entries (nil: skip).
+	requestStatus func(ctx context.Context, entryIDs []string) ([]string, error)
 
 	incoming chan broker.Job // accepted jobs, from the intake goroutine
 	wake     chan struct{}   // one-slot: run a cycle soon
@@ -235,8 +238,23 @@ func (d *dispatcher) Recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A request retracted while no adapter watched the events is
+	// cancelled here: queued jobs never start, running ones are stopped.
+	withdrawn, err := d.withdrawn(ctx, fresh)
+	if err != nil {
+		return err
+	}
 	var adopted []string
 	for _, j := range fresh {
+		if withdrawn[j.JobID] && j.Status == wire.JobQueued {
+			_, err := d.br.Transition(ctx, j.JobID, wire.JobQueued, wire.JobCancelled, broker.JobUpdate{
+				Error: &wire.JobError{Code: "cancelled", Message: "request retracted before it started"}})
+			if err != nil && !errors.Is(err, broker.ErrConflict) {
+				d.log.Warn("cancel withdrawn job", "job", j.JobID, "err", err)
+			}
+			_ = d.pres.Disown(ctx, j.JobID)
+			continue
+		}
 		switch j.Status {
 		case wire.JobQueued:
 			owner := owners[j.JobID]
@@ -249,12 +267,41 @@ func (d *dispatcher) Recover(ctx context.Context) error {
 			switch {
 			case j.Node == d.node.Name:
 				d.reattach(ctx, j)
+				if withdrawn[j.JobID] {
+					d.OnCancel(broker.Cancel{EntryID: j.RequestEntryID, JobID: j.JobID})
+				}
 			case gone(silent, j.Node, d.cfg.Scheduler.NodeTimeout.D()):
 				d.endLost(ctx, j)
 			}
 		}
 	}
 	return d.pres.Own(ctx, adopted...)
+}
+
+// withdrawn reports which jobs' request entries were retracted or
+// superseded (or marked cancel_requested by a broker that saw it).
+func (d *dispatcher) withdrawn(ctx context.Context, jobs []broker.Job) (map[string]bool, error) {
+	out := map[string]bool{}
+	var ids []string
+	for _, j := range jobs {
+		if j.CancelRequested {
+			out[j.JobID] = true
+		}
+		ids = append(ids, j.RequestEntryID)
+	}
+	if d.requestStatus == nil || len(ids) == 0 {
+		return out, nil
+	}
+	sts, err := d.requestStatus(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	for i, j := range jobs {
+		if s := sts[i]; s == string(blackboard.StatusRetracted) || s == string(blackboard.StatusSuperseded) {
+			out[j.JobID] = true
+		}
+	}
+	return out, nil
 }
 
 // endLost ends a running job whose node went silent.
@@ -401,9 +448,13 @@ func (d *dispatcher) applyCancels(ctx context.Context) bool {
 			_ = d.pres.Disown(ctx, id)
 			changed = true
 		case isRunning:
-			if err := d.prov.Stop(ctx, r.handle); err != nil {
+			// Stop signals at once and the provider finishes the kill on
+			// its own; don't let a task that ignores SIGTERM stall the loop.
+			sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			if err := d.prov.Stop(sctx, r.handle); err != nil && sctx.Err() == nil {
 				d.log.Warn("stop cancelled job", "job", id, "err", err)
 			}
+			cancel()
 			// pollRunning records the cancelled status.
 			changed = true
 		default:

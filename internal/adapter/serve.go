@@ -145,6 +145,23 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 		return err
 	}
 	disp = newDispatcher(cfg, br, prov, "local", node, clk, logger.With("component", "dispatcher"), func() { pub.Notify() }, pres)
+	disp.requestStatus = func(ctx context.Context, ids []string) ([]string, error) {
+		cmds := make([]*redis.StringCmd, len(ids))
+		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, id := range ids {
+				cmds[i] = p.HGet(ctx, store.Keys().Entry(id), "status")
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("read request statuses: %w", err)
+		}
+		out := make([]string, len(ids))
+		for i, c := range cmds {
+			out[i] = c.Val()
+		}
+		return out, nil
+	}
 	inboxDepth := func() int { return br.Inbox().Len() }
 	pub = newPublisher(store, func() PoolStats { return disp.Stats(inboxDepth()) }, cfg.Telemetry.Interval.D(), logger.With("component", "telemetry"))
 	ckpt := &checkpointer{rdb: rdb, key: store.Keys().EngineState(), node: node.Name, disp: disp,
