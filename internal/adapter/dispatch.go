@@ -450,9 +450,16 @@ func (d *dispatcher) applyCancels(ctx context.Context) bool {
 		case isRunning:
 			// Stop signals at once and the provider finishes the kill on
 			// its own; don't let a task that ignores SIGTERM stall the loop.
+			// Until Stop returns nil (the task has ended) the cancellation is
+			// retried every cycle; Stop may be called any number of times.
 			sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-			if err := d.prov.Stop(sctx, r.handle); err != nil && sctx.Err() == nil {
-				d.log.Warn("stop cancelled job", "job", id, "err", err)
+			if err := d.prov.Stop(sctx, r.handle); err != nil {
+				if sctx.Err() == nil {
+					d.log.Warn("stop cancelled job", "job", id, "err", err)
+				}
+				d.cancelMu.Lock()
+				d.cancels = append(d.cancels, id)
+				d.cancelMu.Unlock()
 			}
 			cancel()
 			// pollRunning records the cancelled status.
