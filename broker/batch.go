@@ -28,16 +28,16 @@ const acceptConcurrency = 16
 
 // NextBatch is Next for up to n requests: it blocks until one is ready (or
 // ctx is done), then takes those ready at once, at most n, in the order
-// successive Next calls would hand them out, and re-reads all their
-// statuses in one round trip before handing them out. A retracted,
-// superseded or expired request is finished here, as in Next. The adapter
-// must then accept (Accept or AcceptBatch), release or reject each one
-// within LeaseTimeout.
+// successive Next calls would hand them out. Unlike Next it does not
+// re-read the request entries' statuses: AcceptBatch (and Accept) read the
+// status atomically with creating the job record and finish a retracted,
+// superseded or expired request there instead, so a withdrawn request
+// still never starts, without a round trip per hand-out. A request whose
+// TTL has lapsed is expired here, as in Next. The adapter must then accept
+// (Accept or AcceptBatch), release or reject each one within LeaseTimeout.
 //
-// If the status re-read fails, every request goes back to the inbox
-// untouched and the error is returned. A request whose cancellation or
-// expiry fails here goes back to the inbox and is handed out later; the
-// error is returned only when nothing could be handed out.
+// A request whose expiry fails here goes back to the inbox and is handed
+// out later; the error is returned only when nothing could be handed out.
 func (b *Broker) NextBatch(ctx context.Context, n int) ([]*Delivery, error) {
 	for {
 		n = max(n, 1)
@@ -60,39 +60,23 @@ func (b *Broker) NextBatch(ctx context.Context, n int) ([]*Delivery, error) {
 	}
 }
 
-// handOffBatch is handOff for several deliveries, their status reads
-// pipelined. It returns those to hand out; the others are finished (and
-// acked in the inbox) or, on error, returned to the inbox.
+// handOffBatch expires the deliveries of ds whose TTL has lapsed (acked in
+// the inbox, or on error returned to it) and returns the others, in place.
 func (b *Broker) handOffBatch(ctx context.Context, ds []*Delivery) ([]*Delivery, error) {
 	now := b.cfg.Clock.Now()
-	cmds := make([]*redis.StringCmd, len(ds))
-	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, d := range ds {
-			if !d.Entry.IsExpired(now) {
-				cmds[i] = p.HGet(ctx, b.keys.Entry(d.EntryID), "status")
-			}
-		}
-		return nil
-	})
-	out := make([]*Delivery, 0, len(ds))
+	out := ds[:0]
 	var errs []error
-	for i, d := range ds {
-		var ok bool
-		var err error
-		if cmds[i] == nil {
-			err = b.expire(ctx, d)
-		} else {
-			ok, err = b.settle(ctx, d, cmds[i].Val(), cmds[i].Err())
+	for _, d := range ds {
+		if !d.Entry.IsExpired(now) {
+			out = append(out, d)
+			continue
 		}
-		switch {
-		case err != nil:
+		if err := b.expire(ctx, d); err != nil {
 			_ = b.inbox.Return(d.lease)
 			errs = append(errs, fmt.Errorf("%s: %w", d.EntryID, err))
-		case ok:
-			out = append(out, d)
-		default:
-			_ = b.inbox.Ack(d.lease) // finished here (cancelled or expired)
+			continue
 		}
+		_ = b.inbox.Ack(d.lease) // finished here (expired)
 	}
 	return out, errors.Join(errs...)
 }
@@ -113,7 +97,10 @@ type AcceptResult struct {
 // consumes concurrently (acceptConcurrency at a time), the acks in one
 // pipeline. Requests with the same idempotency key in one batch behave as
 // in successive Accepts: the first creates the job, the others get it with
-// Created false. A failed request has Err set (ErrLeaseLost: drop it;
+// Created false. A request that accept.lua finds retracted, superseded or
+// expired gets no job and ends as in Accept: its result has the job in its
+// final status (cancelled or expired), Created false, Err nil — the adapter
+// starts only results whose job is queued. A failed request has Err set (ErrLeaseLost: drop it;
 // otherwise its lease lapses and it is handed out again) and does not hold
 // up the others.
 func (b *Broker) AcceptBatch(ctx context.Context, ds []*Delivery) []AcceptResult {
@@ -141,6 +128,7 @@ func (b *Broker) AcceptBatch(ctx context.Context, ds []*Delivery) []AcceptResult
 	}
 	var lookup []int
 	lookupIDs := map[int]string{}
+	withdrawnSt := map[int]blackboard.Status{}
 	for k, cmd := range b.evalBatch(ctx, scriptAccept, calls) {
 		i := live[k]
 		r, err := cmd.Slice()
@@ -148,10 +136,13 @@ func (b *Broker) AcceptBatch(ctx context.Context, ds []*Delivery) []AcceptResult
 			fail(i, fmt.Errorf("create job record: %w", err))
 			continue
 		}
-		jobID, created := acceptReply(r)
-		if created {
+		jobID, code := acceptReply(r)
+		switch code {
+		case acceptCreated:
 			res[i].Created = true
-		} else {
+		case acceptWithdrawn:
+			withdrawnSt[i] = blackboard.Status(jobID)
+		default:
 			lookup = append(lookup, i)
 			lookupIDs[i] = jobID
 		}
@@ -183,6 +174,21 @@ func (b *Broker) AcceptBatch(ctx context.Context, ds []*Delivery) []AcceptResult
 		if res[i].Err != nil {
 			continue
 		}
+		if st, ok := withdrawnSt[i]; ok {
+			// Retracted, superseded or expired while it waited: no job;
+			// it ends here (acked), and the result has its final status.
+			g.Go(func() error {
+				j, err := b.finishWithdrawn(ctx, d, st)
+				if err != nil {
+					fail(i, err)
+					return nil
+				}
+				res[i].Job = j
+				_ = b.inbox.Ack(d.lease)
+				return nil
+			})
+			continue
+		}
 		g.Go(func() error {
 			err := b.publishJob(ctx, d, jobs[i])
 			if err == nil {
@@ -200,7 +206,7 @@ func (b *Broker) AcceptBatch(ctx context.Context, ds []*Delivery) []AcceptResult
 	var acks []*Delivery
 	live = live[:0]
 	for i, d := range ds {
-		if res[i].Err == nil {
+		if _, done := withdrawnSt[i]; res[i].Err == nil && !done {
 			acks, live = append(acks, d), append(live, i)
 		}
 	}

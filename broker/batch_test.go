@@ -77,7 +77,9 @@ func TestInboxPopBatch(t *testing.T) {
 }
 
 // TestNextBatch: NextBatch hands out what successive Next calls would, and
-// finishes retracted and expired requests instead of handing them out.
+// finishes requests whose TTL lapsed instead of handing them out. A
+// retracted request is handed out (NextBatch does not re-read statuses)
+// and AcceptBatch finishes it as cancelled instead of creating a job.
 func TestNextBatch(t *testing.T) {
 	bd := newBoard(t)
 	ctx := t.Context()
@@ -97,7 +99,8 @@ func TestNextBatch(t *testing.T) {
 	bd.clk.Advance(6 * time.Second)
 
 	var got []string
-	for len(got) < len(want) {
+	var withdrawn *Delivery
+	for len(got) < len(want) || withdrawn == nil {
 		ds, err := b.NextBatch(ctx, 5)
 		if err != nil {
 			t.Fatal(err)
@@ -106,8 +109,15 @@ func TestNextBatch(t *testing.T) {
 			if d.Deliveries != 1 || d.lease.Token == 0 {
 				t.Errorf("delivery %s: deliveries %d, lease %+v", d.EntryID, d.Deliveries, d.lease)
 			}
+			if d.EntryID == retracted {
+				withdrawn = d
+				continue
+			}
 			got = append(got, d.EntryID)
 		}
+	}
+	if r := b.AcceptBatch(ctx, []*Delivery{withdrawn}); r[0].Err != nil || r[0].Created || r[0].Job.Status != wire.JobCancelled {
+		t.Errorf("AcceptBatch of the retracted request: %+v", r[0])
 	}
 	// The exact order is TestNextBatchMatchesNext's; here: every live
 	// request once, most urgent first.
@@ -349,8 +359,12 @@ func TestAcceptBatchNoScript(t *testing.T) {
 	}
 }
 
-// TestHandOffStatus: Next and NextBatch re-read the request entry before
-// handing it out and act on what they find.
+// TestHandOffStatus: a request retracted, superseded or expired while it
+// waits never becomes a job. Next re-reads the request entry before handing
+// it out and acts on what it finds; NextBatch only expires lapsed TTLs and
+// leaves the status to AcceptBatch, which reads it atomically with creating
+// the record and finishes the request the same way (mode "accept": the
+// change comes after Next's hand-off, and Accept does the same).
 func TestHandOffStatus(t *testing.T) {
 	tests := map[string]struct {
 		change  func(t *testing.T, bd *board, id string)
@@ -385,21 +399,50 @@ func TestHandOffStatus(t *testing.T) {
 		}, job: wire.JobExpired, entry: blackboard.StatusExpired},
 	}
 	for name, tc := range tests {
-		for _, batch := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/batch=%v", name, batch), func(t *testing.T) {
+		for _, mode := range []string{"next", "batch", "accept"} {
+			if mode == "accept" && name == "ttl lapsed" {
+				continue // a lapsed TTL is checked at hand-off only
+			}
+			t.Run(fmt.Sprintf("%s/%s", name, mode), func(t *testing.T) {
 				t.Parallel()
 				bd := newBoard(t)
 				b := bd.broker(t, Config{})
 				id := bd.post(t, "m", okData, ttl(5))
 				feed(t, b)
-				tc.change(t, bd, id)
 				ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 				defer cancel()
 				var got []*Delivery
-				if batch {
+				var res []AcceptResult
+				switch mode {
+				case "batch":
+					tc.change(t, bd, id)
 					got, _ = b.NextBatch(ctx, 10)
-				} else if d, err := b.Next(ctx); err == nil {
-					got = []*Delivery{d}
+					if !tc.handOut && len(got) == 1 && name != "ttl lapsed" {
+						res, got = b.AcceptBatch(t.Context(), got), nil
+					}
+				case "accept":
+					d := next(t, b)
+					tc.change(t, bd, id)
+					if j, created, err := b.Accept(t.Context(), d); tc.handOut {
+						got = []*Delivery{d}
+					} else {
+						res = []AcceptResult{{Job: j, Created: created, Err: err}}
+					}
+				default:
+					tc.change(t, bd, id)
+					if d, err := b.Next(ctx); err == nil {
+						got = []*Delivery{d}
+					}
+				}
+				if len(res) > 0 {
+					if r := res[0]; r.Err != nil || r.Created || r.Job.Status != tc.job || r.Job.JobID != wire.JobID(id) {
+						t.Errorf("accept of the withdrawn request: %+v", r)
+					}
+					if _, err := b.GetJob(t.Context(), wire.JobID(id)); !errors.Is(err, ErrNotFound) {
+						t.Errorf("job record of the withdrawn request: %v, want none", err)
+					}
+				} else if !tc.handOut && mode != "next" && name != "ttl lapsed" {
+					t.Fatalf("withdrawn request not handed out for Accept to finish: %v", got)
 				}
 				if tc.handOut {
 					if len(got) != 1 || got[0].EntryID != id {
@@ -538,10 +581,10 @@ func TestReadNewBounded(t *testing.T) {
 	}
 }
 
-// TestNextBatchStatusErrors: the status re-read fails only
-// the request whose entry key HGET refuses — it goes back to the inbox, as
-// Next does — and the others are handed out.
-func TestNextBatchStatusErrors(t *testing.T) {
+// TestAcceptBatchStatusErrors: the status read (in accept.lua) fails only
+// the request whose entry key HGET refuses — its Err is set and its lease
+// is left to lapse, as for any failed Accept — and the others are accepted.
+func TestAcceptBatchStatusErrors(t *testing.T) {
 	bd := newBoard(t)
 	b := bd.broker(t, Config{})
 	ctx := t.Context()
@@ -561,17 +604,29 @@ func TestNextBatchStatusErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	ds, err := b.NextBatch(ctx, 10)
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || len(ds) != 3 {
+		t.Fatalf("NextBatch = %d, %v", len(ds), err)
 	}
 	var got []string
-	for _, d := range ds {
-		got = append(got, d.EntryID)
+	for i, r := range b.AcceptBatch(ctx, ds) {
+		switch {
+		case ds[i].EntryID == bad:
+			if r.Err == nil || errors.Is(r.Err, ErrLeaseLost) {
+				t.Errorf("accept of the request with the unreadable entry: %+v", r)
+			}
+		case r.Err != nil || !r.Created || r.Job.Status != wire.JobQueued:
+			t.Errorf("%s: %+v", ds[i].EntryID, r)
+		default:
+			got = append(got, ds[i].EntryID)
+		}
 	}
 	if want := []string{ids[0], ids[2]}; !cmp.Equal(want, got, cmpopts.SortSlices(func(a, b string) bool { return a < b })) {
-		t.Fatalf("handed out %v, want %v", got, want)
+		t.Fatalf("accepted %v, want %v", got, want)
 	}
-	if it, ok := b.inbox.Get(bad); !ok || it.Leased {
-		t.Fatalf("the request with the unreadable entry is not back in the inbox: %+v, %v", it, ok)
+	if it, ok := b.inbox.Get(bad); !ok || !it.Leased {
+		t.Fatalf("the request with the unreadable entry is not held (leased) in the inbox: %+v, %v", it, ok)
+	}
+	if _, err := b.GetJob(ctx, wire.JobID(bad)); !errors.Is(err, ErrNotFound) {
+		t.Errorf("job record of the failed request: %v, want none", err)
 	}
 }

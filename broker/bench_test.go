@@ -25,8 +25,8 @@ import (
 //	go test ./broker -run '^$' -bench 'Intake|Accept|Baseline' -benchtime 20000x
 //
 // BenchmarkIntake measures a request from the poster's XADD to the
-// adapter's hand-off: Next (or NextBatch) returning it, status re-read
-// included. One goroutine
+// adapter's hand-off: Next (or NextBatch) returning it (Next's status
+// re-read included; NextBatch leaves that check to AcceptBatch). One goroutine
 // consumes, as the adapter's intake loop does; it releases each request at
 // once (an inbox Ack stands in for an instant Accept), so the figure is the
 // broker's, not Accept's. BenchmarkAccept adds Accept (or AcceptBatch): the
@@ -56,7 +56,8 @@ import (
 // posters' share of go-µs/req is about xadd-go-µs/req).
 //
 // The request entries exist on the board (posted before the timer starts),
-// so the hand-off's status re-read and Accept's consume see real entries.
+// so Next's status re-read, accept.lua's status check and Accept's consume
+// see real entries.
 
 var benchClients = []int{1, 10, 1000}
 

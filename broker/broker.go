@@ -40,6 +40,8 @@ type Broker struct {
 	claimCursor [NumPriorities]string // guarded by intakeMu; XAUTOCLAIM cursor per lane
 	backlog     atomic.Bool           // the last feed read filled the free room: more is waiting in the lanes
 
+	replyBufs replyBufs // raw XREADGROUP reply buffers, reused (resp.go)
+
 	evMu     sync.Mutex
 	evCursor string // guarded by evMu; events stream position ("" = not started)
 }
@@ -85,8 +87,9 @@ func New(rdb redis.UniversalClient, store *blackboard.Store, cfg Config) (*Broke
 			MaxDeliveries: cfg.DeliveryLimit,
 			Clock:         cfg.Clock,
 		}),
-		admit: newAdmission(cfg),
-		m:     newCounters(cfg.Clock),
+		admit:     newAdmission(cfg),
+		m:         newCounters(cfg.Clock),
+		replyBufs: make(replyBufs, 2*NumPriorities),
 	}
 	for lane := NumPriorities - 1; lane >= 0; lane-- {
 		b.lanes = append(b.lanes, b.keys.Inbox(lane))
@@ -260,7 +263,8 @@ func (bo *backoff) reset() { bo.d = 0 }
 
 // Next blocks until a request is ready for the adapter, or ctx is done.
 // Before handing it out it re-reads the request entry's status (one round
-// trip; NextBatch does it for many in one): a retracted or superseded
+// trip; NextBatch leaves the check to Accept/AcceptBatch, which make it
+// atomically with creating the job record): a retracted or superseded
 // request is cancelled and an expired one expired, never handed out. The
 // adapter must then call Accept, Release or Reject within LeaseTimeout, or
 // the request is handed out again.
@@ -378,6 +382,13 @@ func (b *Broker) Reject(ctx context.Context, d *Delivery, werr *wire.Error) erro
 // request). Either way the adapter starts a job only through
 // Transition(queued → running), which succeeds once.
 //
+// If the request entry is retracted, superseded or expired when the record
+// would be created (accept.lua reads its status in the same atomic step),
+// no job is created: the request ends as cancelled or expired, as in Next,
+// and Accept returns that job (status cancelled or expired, created false)
+// with a nil error. This is the check that keeps a withdrawn request from
+// ever starting; NextBatch leaves it to Accept.
+//
 // Accept fails with ErrLeaseLost when the delivery was withdrawn (retracted,
 // dropped, requeued) or its lease lapsed; the adapter then drops it. On
 // other errors the lease is left to lapse, so the request is handed out
@@ -387,6 +398,15 @@ func (b *Broker) Accept(ctx context.Context, d *Delivery) (job Job, created bool
 		return Job{}, false, fmt.Errorf("broker: accept %s: %w", d.EntryID, err)
 	}
 	job, created, err = b.acceptRecord(ctx, d)
+	if w, ok := err.(*withdrawn); ok {
+		// Retracted, superseded or expired since the hand-off: no job; the
+		// request ends here, and the caller gets its final status.
+		if job, err = b.finishWithdrawn(ctx, d, w.status); err != nil {
+			return Job{}, false, fmt.Errorf("broker: accept %s: %w", d.EntryID, err)
+		}
+		_ = b.inbox.Ack(d.lease)
+		return job, false, nil
+	}
 	if err == nil {
 		err = b.publishJob(ctx, d, job)
 	}

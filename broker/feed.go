@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -203,44 +202,44 @@ func (b *Broker) readNew(ctx context.Context, room int) ([]message, error) {
 	}
 	var errs []error
 	if len(plan) > 0 {
-		cmds := make([]*redis.Cmd, len(b.lanes))
+		// The replies are streamed raw, one after the other, into one
+		// reused buffer and parsed in place (resp.go): one allocation per
+		// message.
+		cmds := make([]*redis.RawWriteToCmd, len(b.lanes))
+		var order []int // lanes (KEYS index - 1) in pipeline order
+		buf := b.replyBufs.get()
+		defer b.replyBufs.put(buf)
 		_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for k := 0; k+1 < len(plan); k += 2 {
 				i, _ := plan[k].(int64)
 				n, _ := plan[k+1].(int64)
-				if i < 1 || int(i) > len(b.lanes) || n <= 0 {
+				if i < 1 || int(i) > len(b.lanes) || n <= 0 || cmds[i-1] != nil {
 					continue
 				}
-				cmds[i-1] = p.Do(ctx, "XREADGROUP", "GROUP", blackboard.InboxGroup, b.cfg.Consumer,
-					"COUNT", n, "STREAMS", b.lanes[i-1], ">")
+				cmds[i-1] = redis.NewRawWriteToCmd(ctx, buf, "XREADGROUP", "GROUP", blackboard.InboxGroup,
+					b.cfg.Consumer, "COUNT", n, "STREAMS", b.lanes[i-1], ">")
+				_ = p.Process(ctx, cmds[i-1])
+				order = append(order, int(i-1))
 			}
 			return nil
 		})
-		for k, cmd := range cmds {
-			if cmd == nil {
-				continue
-			}
-			v, err := cmd.Result()
-			switch {
-			case errors.Is(err, redis.Nil):
-				continue
-			case err != nil:
+		off := 0
+		for _, k := range order {
+			n, err := cmds[k].Result()
+			if err != nil {
+				// The buffer's layout past this reply is unknown: the
+				// lanes not parsed keep their messages pending (reclaimed).
 				errs = append(errs, fmt.Errorf("read %s: %w", b.lanes[k], err))
-				continue
+				break
 			}
-			lane := NumPriorities - 1 - k
-			ms := streamMessages(v)
-			byLane[k] = slices.Grow(byLane[k], len(ms))
-			for _, r := range ms {
-				t, _ := r.([]any)
-				if len(t) != 2 {
-					continue
-				}
-				id, _ := t[0].(string)
-				if t[1] == nil {
-					continue // deleted since it was added
-				}
-				byLane[k] = append(byLane[k], message{lane: lane, id: id, fields: parseFields(t[1]), deliveries: 1})
+			if off+int(n) > len(buf.b) {
+				errs = append(errs, fmt.Errorf("read %s: %w: reply overruns the buffer", b.lanes[k], errBadReply))
+				break
+			}
+			byLane[k], err = parseStreamReply(buf.b[off:off+int(n)], NumPriorities-1-k, byLane[k])
+			off += int(n)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("read %s: %w", b.lanes[k], err))
 			}
 		}
 	}
@@ -263,26 +262,6 @@ func (b *Broker) readNew(ctx context.Context, room int) ([]message, error) {
 		msgs = append(msgs, ms...)
 	}
 	return msgs, errors.Join(errs...)
-}
-
-// streamMessages returns the messages of a one-stream XREAD(GROUP) reply,
-// {{key, {{id, fields}, ...}}} in RESP2, {key: {{id, fields}, ...}} in RESP3.
-func streamMessages(v any) []any {
-	switch r := v.(type) {
-	case []any:
-		if len(r) == 1 {
-			if kv, ok := r[0].([]any); ok && len(kv) == 2 {
-				ms, _ := kv[1].([]any)
-				return ms
-			}
-		}
-	case map[any]any:
-		for _, ms := range r {
-			m, _ := ms.([]any)
-			return m
-		}
-	}
-	return nil
 }
 
 // readBlocking waits up to block for new messages on all lanes. COUNT
@@ -731,42 +710,54 @@ func deadFields(d *Delivery, reason string, werr *wire.Error, now time.Time) []a
 // expire ends a request whose TTL lapsed while it waited: an expired job
 // entry, the request entry marked expired, the message acked.
 func (b *Broker) expire(ctx context.Context, d *Delivery) error {
+	_, err := b.expireJob(ctx, d)
+	return err
+}
+
+// expireJob is expire, returning the expired job entry's data.
+func (b *Broker) expireJob(ctx context.Context, d *Delivery) (wire.JobData, error) {
 	now := b.cfg.Clock.Now()
 	jerr := &wire.JobError{Code: "expired", Message: "the request's ttl_seconds lapsed before it could be accepted"}
 	if err := b.retireRecord(ctx, d, wire.JobExpired, jerr); err != nil {
-		return err
+		return wire.JobData{}, err
 	}
 	jd := b.jobDataFor(d, wire.JobExpired, jerr, now)
 	if _, err := b.putJobEntry(ctx, jd); err != nil {
-		return err
+		return wire.JobData{}, err
 	}
 	err := b.store.Expire(ctx, d.EntryID, nil)
 	if err != nil && !errors.Is(err, blackboard.ErrNotFound) && !errors.Is(err, blackboard.ErrConflict) {
-		return err
+		return wire.JobData{}, err
 	}
 	if err := b.ack(ctx, d, nil); err != nil {
-		return err
+		return wire.JobData{}, err
 	}
 	b.m.expired.Add(1)
-	return nil
+	return jd, nil
 }
 
 // cancelQueued ends a request retracted before it started: a cancelled job
 // entry and the message acked (the entry keeps its retracted status).
 func (b *Broker) cancelQueued(ctx context.Context, d *Delivery, why string) error {
+	_, err := b.cancelQueuedJob(ctx, d, why)
+	return err
+}
+
+// cancelQueuedJob is cancelQueued, returning the cancelled job entry's data.
+func (b *Broker) cancelQueuedJob(ctx context.Context, d *Delivery, why string) (wire.JobData, error) {
 	jerr := &wire.JobError{Code: "cancelled", Message: why}
 	if err := b.retireRecord(ctx, d, wire.JobCancelled, jerr); err != nil {
-		return err
+		return wire.JobData{}, err
 	}
 	jd := b.jobDataFor(d, wire.JobCancelled, jerr, b.cfg.Clock.Now())
 	if _, err := b.putJobEntry(ctx, jd); err != nil {
-		return err
+		return wire.JobData{}, err
 	}
 	if err := b.ack(ctx, d, nil); err != nil {
-		return err
+		return wire.JobData{}, err
 	}
 	b.m.cancelled.Add(1)
-	return nil
+	return jd, nil
 }
 
 // jobDataFor is the job data of a request that ends before acceptance.

@@ -38,7 +38,9 @@ type JobUpdate struct {
 	Explanation json.RawMessage
 }
 
-// acceptRecord is Accept's step 1 (accept.lua).
+// acceptRecord is Accept's step 1 (accept.lua). A request whose entry was
+// retracted, superseded or expired meanwhile gets no record: the error is
+// then a *withdrawn (see finishWithdrawn).
 func (b *Broker) acceptRecord(ctx context.Context, d *Delivery) (Job, bool, error) {
 	j, call, err := b.acceptCall(d)
 	if err != nil {
@@ -48,12 +50,39 @@ func (b *Broker) acceptRecord(ctx context.Context, d *Delivery) (Job, bool, erro
 	if err != nil {
 		return Job{}, false, fmt.Errorf("create job record: %w", err)
 	}
-	jobID, created := acceptReply(res)
-	if created {
+	jobID, code := acceptReply(res)
+	switch code {
+	case acceptCreated:
 		return j, true, nil
+	case acceptWithdrawn:
+		return Job{}, false, &withdrawn{status: blackboard.Status(jobID)}
 	}
 	j, err = b.GetJob(ctx, jobID)
 	return j, false, err
+}
+
+// withdrawn is accept.lua's refusal: the request entry's status when the
+// record would have been created (retracted, superseded or expired).
+type withdrawn struct{ status blackboard.Status }
+
+func (w *withdrawn) Error() string { return "request entry " + string(w.status) + " before it started" }
+
+// finishWithdrawn ends a request that accept.lua refused, as Next does when
+// its status re-read finds the same: cancelled (retracted, superseded) or
+// expired, job entry, entry status and ack. It returns the job as it ends:
+// the job entry's data, in its final status.
+func (b *Broker) finishWithdrawn(ctx context.Context, d *Delivery, st blackboard.Status) (Job, error) {
+	var jd wire.JobData
+	var err error
+	if st == blackboard.StatusExpired {
+		jd, err = b.expireJob(ctx, d)
+	} else {
+		jd, err = b.cancelQueuedJob(ctx, d, "request entry "+string(st)+" before it started")
+	}
+	if err != nil {
+		return Job{}, err
+	}
+	return Job{JobData: jd, Module: d.Module, Request: d.Request}, nil
 }
 
 // acceptCall builds accept.lua's call for d and the record it creates.
@@ -75,17 +104,24 @@ func (b *Broker) acceptCall(d *Delivery) (Job, scriptCall, error) {
 	fields := recordPairs(j)
 	fields = append(fields, "request", string(req))
 	args := append([]any{d.Request.IdempotencyKey, d.JobID, formatFloat(now)}, fields...)
-	return j, scriptCall{keys: []string{b.keys.JobsIdem(), b.keys.Job(d.JobID), b.keys.JobsActive()}, args: args}, nil
+	return j, scriptCall{keys: []string{b.keys.JobsIdem(), b.keys.Job(d.JobID), b.keys.JobsActive(), b.keys.Entry(d.EntryID)}, args: args}, nil
 }
 
-// acceptReply reads accept.lua's {created, job_id}.
-func acceptReply(res []any) (jobID string, created bool) {
+// accept.lua's reply codes.
+const (
+	acceptWithdrawn = -1 // {-1, status}: the request entry is retracted, superseded or expired
+	acceptExisting  = 0  // {0, job_id}: the idempotency key already has a job
+	acceptCreated   = 1  // {1, job_id}: the record was created now
+)
+
+// acceptReply reads accept.lua's {code, job_id or status}.
+func acceptReply(res []any) (s string, code int64) {
 	if len(res) < 2 {
-		return "", false
+		return "", acceptExisting
 	}
-	c, _ := res[0].(int64)
-	jobID, _ = res[1].(string)
-	return jobID, c == 1
+	code, _ = res[0].(int64)
+	s, _ = res[1].(string)
+	return s, code
 }
 
 // publishJob is Accept's step 2: post the job's compute.job entry if

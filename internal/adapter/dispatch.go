@@ -206,7 +206,8 @@ func (d *dispatcher) Intake(ctx context.Context) error {
 }
 
 // intakeBatch is the most requests taken from the inbox in one round (one
-// status re-read and one pipelined accept for all of them).
+// pipelined accept for all of them, which also checks each request is
+// still wanted).
 const intakeBatch = 64
 
 // Recover loads the jobs left active in Redis that this adapter should
