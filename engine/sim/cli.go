@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 )
 
 const cliUsage = `usage: adapter sim TRACE [--policy NAME | --compare NAME,NAME,...|all] [--json] [--seed N]
@@ -26,8 +27,10 @@ resource, deadline misses and the engine's decision rate.
   --seed N          replace the trace's seed (generated jobs, lottery draws)
 `
 
-// Main is the "adapter sim" command: Main(os.Args[2:], os.Stdout, os.Stderr).
-func Main(args []string, stdout, stderr io.Writer) error {
+// Main is the "adapter sim" command: Main(os.Args[2:], os.Stdout,
+// os.Stderr, time.Now). now measures the engine's wall-clock speed; nil
+// leaves those figures out.
+func Main(args []string, stdout, stderr io.Writer, now func() time.Time) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, cliUsage) }
@@ -64,7 +67,7 @@ func Main(args []string, stdout, stderr io.Writer) error {
 		tr.Seed = *seed
 	}
 	if *compare == "" {
-		r, err := Run(tr, *policy)
+		r, err := RunTimed(tr, *policy, now)
 		if err != nil {
 			return err
 		}
@@ -92,7 +95,7 @@ func Main(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	rs, err := Compare(tr, names)
+	rs, err := CompareTimed(tr, names, now)
 	if err != nil {
 		return err
 	}

@@ -26,7 +26,13 @@ const maxCycles = 5_000_000
 // while jobs wait), starts what the plan places at once, ends each job after
 // its actual duration (the engine only sees the estimate), and reports the
 // ended jobs back to the engine (Running.Ended) so their usage is charged.
-func Run(tr *Trace, policy string) (Report, error) {
+//
+// Run reports no wall-clock figures; RunTimed does.
+func Run(tr *Trace, policy string) (Report, error) { return RunTimed(tr, policy, nil) }
+
+// RunTimed is Run that also measures the engine's wall-clock time with now
+// (time.Now, say; the package itself never reads a clock).
+func RunTimed(tr *Trace, policy string, now func() time.Time) (Report, error) {
 	if err := tr.Validate(); err != nil {
 		return Report{}, err
 	}
@@ -42,6 +48,7 @@ func Run(tr *Trace, policy string) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
+	s.wallNow = now
 	if err := s.run(); err != nil {
 		return Report{}, fmt.Errorf("sim %s, policy %s, t=%s: %w", tr.Name, name, fmtDur(s.sec(s.now)), err)
 	}
@@ -49,10 +56,13 @@ func Run(tr *Trace, policy string) (Report, error) {
 }
 
 // Compare runs the trace under each policy (see Run), one after the other.
-func Compare(tr *Trace, policies []string) ([]Report, error) {
+func Compare(tr *Trace, policies []string) ([]Report, error) { return CompareTimed(tr, policies, nil) }
+
+// CompareTimed is Compare with wall-clock figures measured by now.
+func CompareTimed(tr *Trace, policies []string, now func() time.Time) ([]Report, error) {
 	out := make([]Report, 0, len(policies))
 	for _, p := range policies {
-		r, err := Run(tr, p)
+		r, err := RunTimed(tr, p, now)
 		if err != nil {
 			return nil, err
 		}
@@ -210,6 +220,7 @@ type sim struct {
 	backfilled int
 	engineTime time.Duration
 	wall       time.Duration
+	wallNow    func() time.Time // measures engineTime and wall; nil: not measured
 }
 
 func newSim(tr *Trace, ps PolicySpec, name string) (*sim, error) {
@@ -431,8 +442,10 @@ func (s *sim) arm() {
 }
 
 func (s *sim) run() error {
-	start := time.Now()
-	defer func() { s.wall = time.Since(start) }()
+	if s.wallNow != nil {
+		start := s.wallNow()
+		defer func() { s.wall = s.wallNow().Sub(start) }()
+	}
 	for len(s.events) > 0 {
 		t := s.events[0].t
 		if s.horizon > 0 && t > s.horizon {
@@ -522,9 +535,14 @@ func (s *sim) cycle() (int, error) {
 		snap.Running = append(snap.Running, r.r)
 	}
 	snap.Running = append(snap.Running, s.ended...)
-	t0 := time.Now()
+	var t0 time.Time
+	if s.wallNow != nil {
+		t0 = s.wallNow()
+	}
 	plan, st := engine.Schedule(s.state, snap)
-	s.engineTime += time.Since(t0)
+	if s.wallNow != nil {
+		s.engineTime += s.wallNow().Sub(t0)
+	}
 	s.state = st
 	s.cycles++
 	s.decisions += len(snap.Pending)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/computeboard/computeboard/engine/sim"
 )
@@ -82,7 +83,7 @@ func TestCSVJobs(t *testing.T) {
 func TestCLI(t *testing.T) {
 	trace := "testdata/backfill.json"
 	var out, errb bytes.Buffer
-	if err := sim.Main([]string{trace}, &out, &errb); err != nil {
+	if err := sim.Main([]string{trace}, &out, &errb, time.Now); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range []string{"policy priority", "Jain's fairness index", "Wait (start − arrival)", "Utilization", "Deadlines:"} {
@@ -92,7 +93,7 @@ func TestCLI(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := sim.Main([]string{"--compare", "priority,drf", trace, "--json"}, &out, &errb); err != nil {
+	if err := sim.Main([]string{"--compare", "priority,drf", trace, "--json"}, &out, &errb, time.Now); err != nil {
 		t.Fatal(err)
 	}
 	var rs []sim.Report
@@ -101,7 +102,7 @@ func TestCLI(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := sim.Main([]string{trace, "--compare", "all"}, &out, &errb); err != nil {
+	if err := sim.Main([]string{trace, "--compare", "all"}, &out, &errb, time.Now); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"priority", "proportional", "lottery", "wfq", "drr", "drf"} {
@@ -111,7 +112,7 @@ func TestCLI(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := sim.Main([]string{trace, "--policy", "wfq", "--json"}, &out, &errb); err != nil {
+	if err := sim.Main([]string{trace, "--policy", "wfq", "--json"}, &out, &errb, time.Now); err != nil {
 		t.Fatal(err)
 	}
 	var r sim.Report
@@ -128,12 +129,12 @@ func TestCLI(t *testing.T) {
 		{trace, "--bogus"},
 		{"does-not-exist.json"},
 	} {
-		if err := sim.Main(args, &out, &errb); err == nil {
+		if err := sim.Main(args, &out, &errb, time.Now); err == nil {
 			t.Errorf("Main(%q) succeeded", args)
 		}
 	}
 	errb.Reset()
-	if err := sim.Main([]string{"--help"}, &out, &errb); err != nil || !strings.Contains(errb.String(), "usage: adapter sim") {
+	if err := sim.Main([]string{"--help"}, &out, &errb, time.Now); err != nil || !strings.Contains(errb.String(), "usage: adapter sim") {
 		t.Errorf("--help: %v, %q", err, errb.String())
 	}
 }

@@ -338,5 +338,5 @@ func runJobs(ctx context.Context, args []string, getenv func(string) string, std
 
 // runSim replays a workload trace through the real engine (engine/sim).
 func runSim(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	return sim.Main(args, stdout, stderr)
+	return sim.Main(args, stdout, stderr, time.Now)
 }
