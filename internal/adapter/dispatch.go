@@ -605,6 +605,9 @@ func (d *dispatcher) schedule(ctx context.Context) bool {
 
 	changed := false
 	for _, p := range plan.Placements {
+		if ctx.Err() != nil {
+			break // shutting down: the rest stay queued
+		}
 		if d.start(ctx, p) {
 			changed = true
 		}
@@ -652,6 +655,10 @@ func (d *dispatcher) snapshotLocked() engine.Snapshot {
 // start applies one placement: compare-and-set queued → running (so a job
 // never starts twice, even with several adapters), then the provider.
 func (d *dispatcher) start(ctx context.Context, p engine.Placement) bool {
+	// A start, once begun, is finished even if the adapter is shutting
+	// down: cut short, the task might run while its record says otherwise.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	d.mu.Lock()
 	t, ok := d.pending[p.JobID]
 	if ok {

@@ -58,8 +58,14 @@ func (p *Provider) launch(ctx context.Context, t providers.Task) (_ *task, err e
 		return nil, err
 	}
 	defer func() {
-		if err != nil { // the ID may be retried; the directory is ours, just made
-			os.RemoveAll(dir)
+		// The ID may be retried: the directory is ours, just made. Unless
+		// the task's process did start (its state is recorded right after):
+		// a handshake cut short can come after that, and the directory is
+		// then the only evidence that the task ran.
+		if err != nil {
+			if _, serr := os.Stat(filepath.Join(dir, fileState)); errors.Is(serr, fs.ErrNotExist) {
+				os.RemoveAll(dir)
+			}
 		}
 	}()
 	payload := filepath.Join(dir, filePayload)
