@@ -25,6 +25,10 @@ const helperEnv = "COMPUTEBOARD_LOCAL_TEST_HELPER"
 // symbolic link) plays a supervisor that hangs.
 const stuckSupervisor = "stuck-supervisor"
 
+// diesAfterStartSupervisor: this test binary under this name plays a
+// supervisor that records a started task and dies before reporting ready.
+const diesAfterStartSupervisor = "dies-after-start-supervisor"
+
 // The test binary is also the tests' supervisor (Config.SupervisorPath),
 // dispatched on SupervisorCommand exactly as SupervisorMain's doc tells an
 // adapter to do it.
@@ -34,6 +38,14 @@ func TestMain(m *testing.M) {
 		// SIGTERM.
 		signal.Ignore(syscall.SIGTERM)
 		sleepForever()
+	}
+	if filepath.Base(os.Args[0]) == diesAfterStartSupervisor && len(os.Args) > 2 {
+		// A supervisor that records a started task, then dies before it
+		// reports ready: the handshake fails although the task may have run.
+		dir := os.Args[2]
+		rec := fmt.Sprintf(`{"version":1,"provider":"local","task_id":%q}`, filepath.Base(dir))
+		_ = os.WriteFile(filepath.Join(dir, fileState), []byte(rec), 0o600)
+		os.Exit(1)
 	}
 	if len(os.Args) > 1 && os.Args[1] == SupervisorCommand {
 		os.Exit(SupervisorMain(os.Args[2:]))

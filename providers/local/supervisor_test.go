@@ -389,6 +389,29 @@ func TestSupervisorHandshakeFails(t *testing.T) {
 		})
 	}
 
+	t.Run("dies after the task started", func(t *testing.T) {
+		// The directory is the only evidence the task may have run: it must
+		// stay, so nobody takes the task for never started and runs it again.
+		t.Parallel()
+		sup := filepath.Join(t.TempDir(), diesAfterStartSupervisor)
+		if err := os.Symlink(testBinary(t), sup); err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		p := newTestProvider(t, Config{WorkDir: dir, SupervisorPath: sup})
+		task := helperTask(t, "exit", "0")
+		if _, err := p.Start(t.Context(), task); err == nil {
+			t.Fatal("Start succeeded with a supervisor that died before reporting ready")
+		}
+		if !exists(filepath.Join(dir, task.ID)) {
+			t.Fatal("task directory removed although its state was recorded")
+		}
+		h := providers.Handle{Provider: "local", ID: task.ID}
+		if _, err := newTestProvider(t, Config{WorkDir: dir}).Poll(t.Context(), h); errors.Is(err, providers.ErrUnknownHandle) {
+			t.Fatalf("Poll: %v; a task that may have run must not look never started", err)
+		}
+	})
+
 	t.Run("hangs", func(t *testing.T) {
 		t.Parallel()
 		stuck := filepath.Join(t.TempDir(), stuckSupervisor)
