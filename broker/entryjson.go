@@ -56,16 +56,10 @@ func fastEntry(s string) (e blackboard.Entry, ok bool) {
 	p.WS()
 	if !p.Eat('}') {
 		for {
-			p.WS()
-			key, ok := p.plainString()
+			key, ok := p.Key()
 			if !ok {
 				return e, false
 			}
-			p.WS()
-			if !p.Eat(':') {
-				return e, false
-			}
-			p.WS()
 			bit, ok := p.member(key, &e)
 			if !ok || seen&bit != 0 {
 				return e, false

@@ -25,16 +25,10 @@ func fastDecode(data []byte) (r Request, set fieldSet, ok bool) {
 	p.WS()
 	if !p.Eat('}') {
 		for {
-			p.WS()
-			key, ok := p.PlainString()
+			key, ok := p.Key()
 			if !ok {
 				return r, 0, false
 			}
-			p.WS()
-			if !p.Eat(':') {
-				return r, 0, false
-			}
-			p.WS()
 			bit, ok := p.requestMember(key, &r, &set)
 			if !ok || seen&bit != 0 {
 				return r, 0, false
@@ -152,16 +146,10 @@ func (p *fparser) resources(res *Resources, set *fieldSet) bool {
 		return true
 	}
 	for {
-		p.WS()
-		key, ok := p.PlainString()
+		key, ok := p.Key()
 		if !ok {
 			return false
 		}
-		p.WS()
-		if !p.Eat(':') {
-			return false
-		}
-		p.WS()
 		var bit uint32
 		switch key {
 		case "cpu_cores":
@@ -256,16 +244,10 @@ func (p *fparser) stringMap() (map[string]string, bool) {
 		return out, true
 	}
 	for {
-		p.WS()
-		k, ok := p.PlainString()
+		k, ok := p.Key()
 		if !ok {
 			return nil, false
 		}
-		p.WS()
-		if !p.Eat(':') {
-			return nil, false
-		}
-		p.WS()
 		v, ok := p.PlainString()
 		if !ok {
 			return nil, false

@@ -87,6 +87,23 @@ func (p *Scanner) PlainString() (string, bool) {
 	return "", false
 }
 
+// Key reads an object member's key and its colon, with the whitespace
+// around them, leaving the scanner at the value: `"name" :` → "name". The
+// key is a plain string (see PlainString).
+func (p *Scanner) Key() (string, bool) {
+	p.WS()
+	k, ok := p.PlainString()
+	if !ok {
+		return "", false
+	}
+	p.WS()
+	if !p.Eat(':') {
+		return "", false
+	}
+	p.WS()
+	return k, true
+}
+
 // ValidPlainString is PlainString for input not known to be valid UTF-8:
 // it also refuses a string that is not valid UTF-8 (encoding/json would
 // replace the bad bytes), but still consumes it.

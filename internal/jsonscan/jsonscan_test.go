@@ -140,3 +140,31 @@ func TestIsHex(t *testing.T) {
 		}
 	}
 }
+
+func TestKey(t *testing.T) {
+	tests := map[string]struct {
+		src     string
+		wantKey string
+		wantOK  bool
+		wantPos int // where the scanner stops when ok
+	}{
+		"plain":         {`"a":1`, "a", true, 4},
+		"spaces":        {` "name" :  true`, "name", true, 11},
+		"no colon":      {`"a" 1`, "", false, 0},
+		"not a string":  {`a:1`, "", false, 0},
+		"escaped key":   {`"a\"b":1`, "", false, 0},
+		"colon missing": {`"a"`, "", false, 0},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := Scanner{Src: tc.src}
+			k, ok := s.Key()
+			if k != tc.wantKey || ok != tc.wantOK {
+				t.Fatalf("Key() = %q, %v; want %q, %v", k, ok, tc.wantKey, tc.wantOK)
+			}
+			if ok && s.Pos != tc.wantPos {
+				t.Errorf("stopped at %d, want %d", s.Pos, tc.wantPos)
+			}
+		})
+	}
+}
