@@ -405,3 +405,33 @@ func TestRetractWhileAdapterDown(t *testing.T) {
 		t.Errorf("the retracted request ran %d times", runs[queued])
 	}
 }
+
+// TestAccountQuota: an account's quota holds its second job back although
+// the node has room, and the job's explanation says so.
+func TestAccountQuota(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	rdb, board := redistest.New(t)
+	st := storeFor(t, rdb, board)
+	cfg := smallNodeConfig(t, board, filepath.Join(t.TempDir(), "runs"),
+		"listen: off\naccounts:\n  - name: planner\n    shares: 1\n    quota: {cpu_cores: 1}\n")
+	cfg = writeConfig(t, strings.Replace(readFile(t, cfg), "cpu_cores: 1\n", "cpu_cores: 4\n", 1))
+	runAdapter(t, "--config", cfg, "--redis", srv.URL())
+
+	first := postData(t, st, "planner", `{"template":"sleep","arguments":["30"]}`, nil)
+	waitStatus(t, st, first, wire.JobRunning)
+	second := postData(t, st, "planner", `{"template":"sleep","arguments":["30"]}`, nil)
+	other := postData(t, st, "critic", `{"template":"sleep","arguments":["1"]}`, nil)
+	waitStatus(t, st, other, wire.JobSucceeded) // the node had room
+	var ex adapter.Explained
+	eventually(t, 30*time.Second, "a quota explanation", func() bool {
+		jd, ok := jobData(t, st, second)
+		return ok && jd.Status == wire.JobQueued && len(jd.Explanation) > 0 &&
+			json.Unmarshal(jd.Explanation, &ex) == nil && ex.Reason == "quota"
+	})
+	for _, id := range []string{first, second} {
+		if err := st.Retract(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/computeboard/computeboard/engine"
 )
 
 // Config is the adapter's YAML configuration. Every field has a useful
@@ -156,6 +159,37 @@ type AccountConfig struct {
 	Name   string  `yaml:"name"`
 	Parent string  `yaml:"parent"`
 	Shares float64 `yaml:"shares"`
+	// Quota caps what the account's subtree may hold at once; Guaranteed
+	// is what it gets ahead of everyone else. Zero fields mean no limit or
+	// no guarantee in that resource.
+	Quota      AmountConfig `yaml:"quota"`
+	Guaranteed AmountConfig `yaml:"guaranteed"`
+}
+
+// AmountConfig is an amount of resources in the request's units.
+type AmountConfig struct {
+	CPUCores float64 `yaml:"cpu_cores"`
+	MemoryGB float64 `yaml:"memory_gb"`
+	GPUs     int     `yaml:"gpus"`
+}
+
+// resources converts an amount to the engine's units.
+func (a AmountConfig) resources() engine.Resources {
+	var r engine.Resources
+	r[engine.DimCPU] = int64(math.Round(a.CPUCores * 1000))
+	r[engine.DimMemory] = int64(math.Round(a.MemoryGB * 1024))
+	r[engine.DimGPU] = int64(a.GPUs)
+	return r
+}
+
+// engineAccounts is the fair-share tree for the engine.
+func (c *Config) engineAccounts() []engine.Account {
+	var out []engine.Account
+	for _, a := range c.Accounts {
+		out = append(out, engine.Account{Name: a.Name, Parent: a.Parent, Shares: a.Shares,
+			Quota: a.Quota.resources(), Guaranteed: a.Guaranteed.resources()})
+	}
+	return out
 }
 
 // Duration is a time.Duration that reads "1s", "250ms" in YAML.
@@ -303,6 +337,9 @@ func (c *Config) fill(getenv func(string) string) error {
 		}
 		if a.Shares < 0 {
 			return fmt.Errorf("account %q: negative shares", a.Name)
+		}
+		if min(a.Quota.CPUCores, a.Quota.MemoryGB, float64(a.Quota.GPUs), a.Guaranteed.CPUCores, a.Guaranteed.MemoryGB, float64(a.Guaranteed.GPUs)) < 0 {
+			return fmt.Errorf("account %q: negative quota or guarantee", a.Name)
 		}
 	}
 	return nil

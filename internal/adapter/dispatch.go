@@ -102,10 +102,7 @@ func newDispatcher(cfg *Config, br jobBroker, prov providers.Provider, provName 
 		Selection: engine.Selection(cfg.Scheduler.FairShare),
 		Strategy:  engine.Strategy(cfg.Scheduler.Placement),
 	}
-	var accts []engine.Account
-	for _, a := range cfg.Accounts {
-		accts = append(accts, engine.Account{Name: a.Name, Parent: a.Parent, Shares: a.Shares})
-	}
+	accts := cfg.engineAccounts()
 	return &dispatcher{
 		cfg: cfg, br: br, prov: prov, provName: provName, node: node, policy: pol, accounts: accts,
 		clock: clk, log: log, notify: notify, pres: pres,

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/computeboard/computeboard/engine"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -107,5 +108,34 @@ func TestParseConfigDefaults(t *testing.T) {
 	}
 	if cfg.Board != "default" || cfg.OperatorToken != "s3cret" || cfg.WorkDir != "/srv/cb/.run/jobs" || cfg.Scheduler.Interval.D() != 200*time.Millisecond {
 		t.Fatalf("defaults not filled: %+v", cfg)
+	}
+}
+
+func TestAccountsConfig(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`
+accounts:
+  - name: research
+    shares: 3
+    quota: {cpu_cores: 4, memory_gb: 8, gpus: 1}
+  - name: planner
+    parent: research
+    shares: 1
+    guaranteed: {cpu_cores: 0.5}
+`), t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var quota, guaranteed engine.Resources
+	quota[engine.DimCPU], quota[engine.DimMemory], quota[engine.DimGPU] = 4000, 8192, 1
+	guaranteed[engine.DimCPU] = 500
+	want := []engine.Account{
+		{Name: "research", Shares: 3, Quota: quota},
+		{Name: "planner", Parent: "research", Shares: 1, Guaranteed: guaranteed},
+	}
+	if diff := cmp.Diff(want, cfg.engineAccounts()); diff != "" {
+		t.Errorf("(-want +got)\n%s", diff)
+	}
+	if _, err := ParseConfig([]byte("accounts:\n  - name: a\n    quota: {gpus: -1}\n"), t.TempDir(), nil); err == nil {
+		t.Error("a negative quota was accepted")
 	}
 }
