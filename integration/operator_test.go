@@ -2,6 +2,8 @@ package integration
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +33,20 @@ func TestOperatorCommands(t *testing.T) {
 	cfg = writeConfig(t, strings.Replace(readFile(t, cfg), "scheduler:\n  interval: 50ms\n", "scheduler:\n  interval: 50ms\n  max_pending: 1\n", 1))
 	_, out := runAdapter(t, "--config", cfg, "--redis", srv.URL(), "--listen", "127.0.0.1:0")
 	api := apiURL(t, out)
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		resp, err := http.Get(api + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %s\n%s", path, resp.Status, body)
+		}
+		if path == "/metrics" && !strings.Contains(string(body), "computeboard_broker_inbox_capacity") {
+			t.Errorf("/metrics lacks the broker's figures:\n%.500s", body)
+		}
+	}
 
 	// One job holds the node, one waits in the engine, the rest wait in the inbox.
 	busy := postData(t, st, "planner", `{"template":"sleep","arguments":["60"]}`, nil)
