@@ -26,6 +26,8 @@ const (
 	CodeRateLimited        Code = "rate_limited"        // the account is over its admission rate
 	CodeInboxFull          Code = "inbox_full"          // the broker is shedding load
 	CodeDeliveryLimit      Code = "delivery_limit"      // the request failed delivery too many times (dead-lettered)
+	CodeEnvNotAllowed      Code = "env_not_allowed"     // environment names a variable the template or allowlist entry does not allow, or a loader/interpreter variable
+	CodeGangIncomplete     Code = "gang_incomplete"     // a gang's members did not all arrive within the gang timeout
 )
 
 // Codes returns every reason code, in contract order.
@@ -35,6 +37,7 @@ func Codes() []Code {
 		CodeInvalidValue, CodePayloadTooLarge, CodeUnknownTemplate,
 		CodeCommandNotAllowed, CodeUnsupportedVersion, CodeImpossibleRequest,
 		CodeRateLimited, CodeInboxFull, CodeDeliveryLimit,
+		CodeEnvNotAllowed, CodeGangIncomplete,
 	}
 }
 

@@ -30,6 +30,8 @@ const (
 	MaxEnvValueLen     = 4096       // one environment value
 	MaxNodeSelector    = 32         // node_selector pairs
 	MaxCPUCores        = 1024       // resource_requirements.cpu_cores
+	MinCPUCores        = 0.01       // resource_requirements.cpu_cores: the smallest share of a core a job may ask for
+	MinMemoryGB        = 1.0 / 1024 // resource_requirements.memory: 1 MiB
 	MaxMemoryGB        = 65536      // resource_requirements.memory
 	MaxGPUCount        = 64         // resource_requirements.gpu_count
 	MaxGPUMemoryGB     = 1024       // resource_requirements.gpu_memory (per GPU)
@@ -230,11 +232,13 @@ func (r *Request) Validate() *Error {
 
 func (res *Resources) validate() *Error {
 	const p = "resource_requirements."
-	if !(res.CPUCores > 0 && res.CPUCores <= MaxCPUCores) {
-		return errorf(CodeInvalidValue, p+"cpu_cores", "%v is outside (0, %d]", res.CPUCores, MaxCPUCores)
+	// Below the granularity a request would round to (almost) nothing and
+	// a node would take thousands of such jobs at once.
+	if !(res.CPUCores >= MinCPUCores && res.CPUCores <= MaxCPUCores) {
+		return errorf(CodeInvalidValue, p+"cpu_cores", "%v is outside [%v, %d] (cores are counted in thousandths, at least %v)", res.CPUCores, MinCPUCores, MaxCPUCores, MinCPUCores)
 	}
-	if !(res.MemoryGB > 0 && res.MemoryGB <= MaxMemoryGB) {
-		return errorf(CodeInvalidValue, p+"memory", "%v GB is outside (0, %d]", res.MemoryGB, MaxMemoryGB)
+	if !(res.MemoryGB >= MinMemoryGB && res.MemoryGB <= MaxMemoryGB) {
+		return errorf(CodeInvalidValue, p+"memory", "%v GB is outside [1 MiB, %d GB] (memory is counted in MiB)", res.MemoryGB, MaxMemoryGB)
 	}
 	if res.GPUCount < 0 || res.GPUCount > MaxGPUCount {
 		return errorf(CodeInvalidValue, p+"gpu_count", "%d is outside 0..%d", res.GPUCount, MaxGPUCount)

@@ -93,6 +93,8 @@ var errorCases = map[string]struct {
 	"priority negative":         {`{"template":"x","priority":-1}`, &Error{Code: CodeInvalidValue, Field: "priority"}},
 	"priority overflows int":    {`{"template":"x","priority":99999999999999999999}`, &Error{Code: CodeInvalidValue, Field: "priority"}},
 	"cpu zero":                  {`{"template":"x","resource_requirements":{"cpu_cores":0}}`, &Error{Code: CodeInvalidValue, Field: "resource_requirements.cpu_cores"}},
+	"cpu below granularity":     {`{"template":"x","resource_requirements":{"cpu_cores":1e-9}}`, &Error{Code: CodeInvalidValue, Field: "resource_requirements.cpu_cores"}},
+	"memory below granularity":  {`{"template":"x","resource_requirements":{"memory":1e-9}}`, &Error{Code: CodeInvalidValue, Field: "resource_requirements.memory"}},
 	"cpu negative":              {`{"template":"x","resource_requirements":{"cpu_cores":-1}}`, &Error{Code: CodeInvalidValue, Field: "resource_requirements.cpu_cores"}},
 	"cpu absurd":                {`{"template":"x","resource_requirements":{"cpu_cores":1025}}`, &Error{Code: CodeInvalidValue, Field: "resource_requirements.cpu_cores"}},
 	"cpu overflows float":       {`{"template":"x","resource_requirements":{"cpu_cores":1e400}}`, &Error{Code: CodeInvalidValue, Field: "resource_requirements.cpu_cores"}},
@@ -180,7 +182,8 @@ func TestCodes(t *testing.T) {
 		"malformed_json", "wrong_type", "unknown_field", "missing_field",
 		"invalid_value", "payload_too_large", "unknown_template",
 		"command_not_allowed", "unsupported_version", "impossible_request",
-		"rate_limited", "inbox_full", "delivery_limit",
+		"rate_limited", "inbox_full", "delivery_limit", "env_not_allowed",
+		"gang_incomplete",
 	}
 	if diff := cmp.Diff(want, Codes()); diff != "" {
 		t.Errorf("Codes() mismatch with the contract (-want +got):\n%s", diff)

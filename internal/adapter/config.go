@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
@@ -50,9 +49,34 @@ type Config struct {
 
 	// Templates are operator-approved commands, by name.
 	Templates map[string]Template `yaml:"templates"`
-	// Allowlist holds the absolute paths a request's `command` may name as
-	// argv[0]. Empty means raw commands are refused.
-	Allowlist []string `yaml:"allowlist"`
+	// Allowlist holds the programs a request's `command` may name as
+	// argv[0]: absolute paths, or bare names resolved on PATH at load time.
+	// An entry is a path, or a mapping {path, env_allow, run_as}. Empty
+	// means raw commands are refused.
+	Allowlist []AllowEntry `yaml:"allowlist"`
+
+	// RunAs is the user jobs run as (a name or a numeric uid). Empty means
+	// the adapter's own user, except when the adapter runs as root: then
+	// jobs run as "nobody". A template, an allowlist entry or an account
+	// may name its own user; the template's or entry's wins, then the
+	// account's, then this one. A user with uid 0 is refused unless
+	// AllowRoot is set.
+	RunAs string `yaml:"run_as"`
+	// AllowRoot lets run_as name root (uid 0). Off by default: a job never
+	// runs as root because of a default.
+	AllowRoot bool `yaml:"allow_root"`
+	// Identity says where a request's module identity comes from: "trusted"
+	// (the default: what the poster writes, for boards without Redis ACLs)
+	// or "acl" (the intake lane and entry key, which per-module Redis ACL
+	// users confine; see docs/security.md).
+	Identity string `yaml:"identity"`
+	// HTTP hardens the API server.
+	HTTP HTTPConfig `yaml:"http"`
+	// Retention is how long finished jobs keep their records, idempotency
+	// entries and task directories (default 168h, 7 days).
+	Retention Duration `yaml:"retention"`
+	// MaxOutputMB caps each job's stdout and stderr files (default 64).
+	MaxOutputMB int `yaml:"max_output_mb"`
 
 	Node      NodeConfig      `yaml:"node"`
 	Scheduler SchedulerConfig `yaml:"scheduler"`
@@ -62,7 +86,8 @@ type Config struct {
 	// share 1).
 	Accounts []AccountConfig `yaml:"accounts"`
 
-	dir string // directory of the config file, for relative paths
+	dir  string // directory of the config file, for relative paths
+	euid int    // the adapter's effective uid (-1 until fill reads it)
 }
 
 // Template is an operator-approved command.
@@ -77,9 +102,15 @@ type Template struct {
 	ArgumentPattern string `yaml:"argument_pattern"`
 	MaxArguments    int    `yaml:"max_arguments"`
 	// Env is fixed environment; EnvAllow lists the variables a request may
-	// set.
+	// set (opt-in by name; loader and interpreter variables such as
+	// LD_PRELOAD or PYTHONPATH can never be listed, see deniedEnv).
 	Env      map[string]string `yaml:"env"`
 	EnvAllow []string          `yaml:"env_allow"`
+	// EndOfOptions inserts "--" between the template's command and the
+	// request's arguments, so that no argument is read as an option.
+	EndOfOptions bool `yaml:"end_of_options"`
+	// RunAs overrides the user this template's jobs run as.
+	RunAs string `yaml:"run_as"`
 	// Timeout caps the run time (default 1h; a request may ask for less).
 	Timeout Duration `yaml:"timeout"`
 
@@ -164,6 +195,61 @@ type AccountConfig struct {
 	// no guarantee in that resource.
 	Quota      AmountConfig `yaml:"quota"`
 	Guaranteed AmountConfig `yaml:"guaranteed"`
+	// Modules may bill this account besides the module of the same name
+	// (by default a module may bill only the account named after it).
+	Modules []string `yaml:"modules"`
+	// RunAs is the user this account's jobs run as, unless their template
+	// or allowlist entry names one.
+	RunAs string `yaml:"run_as"`
+}
+
+// AllowEntry is one allowlisted program.
+type AllowEntry struct {
+	Path string `yaml:"path"`
+	// EnvAllow lists the variables a request for this program may set.
+	EnvAllow []string `yaml:"env_allow"`
+	// RunAs overrides the user this program's jobs run as.
+	RunAs string `yaml:"run_as"`
+}
+
+// UnmarshalYAML reads a bare path or a mapping.
+func (a *AllowEntry) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		return n.Decode(&a.Path)
+	}
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: an allowlist entry is a path or a mapping {path, env_allow, run_as}", n.Line)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		switch k := n.Content[i].Value; k {
+		case "path", "env_allow", "run_as":
+		default: // Node.Decode does not inherit the decoder's KnownFields
+			return fmt.Errorf("line %d: field %s not found in type adapter.AllowEntry", n.Content[i].Line, k)
+		}
+	}
+	type plain AllowEntry
+	var p plain
+	if err := n.Decode(&p); err != nil {
+		return err
+	}
+	*a = AllowEntry(p)
+	return nil
+}
+
+// HTTPConfig hardens the HTTP API.
+type HTTPConfig struct {
+	// PublicReads lets anyone read job records and dead letters (request
+	// payloads and environment included). Off by default: those reads need
+	// the operator token, like writes. /healthz, /readyz and /metrics are
+	// always open.
+	PublicReads bool `yaml:"public_reads"`
+	// MaxConnections caps concurrent connections (default 256).
+	MaxConnections int `yaml:"max_connections"`
+	// ReadTimeout, WriteTimeout and IdleTimeout bound each connection
+	// (defaults 10s, 30s, 60s).
+	ReadTimeout  Duration `yaml:"read_timeout"`
+	WriteTimeout Duration `yaml:"write_timeout"`
+	IdleTimeout  Duration `yaml:"idle_timeout"`
 }
 
 // AmountConfig is an amount of resources in the request's units.
@@ -237,7 +323,7 @@ func ParseConfig(b []byte, dir string, getenv func(string) string) (*Config, err
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
-	cfg.dir = dir
+	cfg.dir, cfg.euid = dir, -1
 	if err := cfg.fill(getenv); err != nil {
 		return nil, err
 	}
@@ -300,12 +386,21 @@ func (c *Config) fill(getenv func(string) string) error {
 	if c.Telemetry.Interval == 0 {
 		c.Telemetry.Interval = Duration(10 * time.Second)
 	}
-	for i, p := range c.Allowlist {
-		r, err := resolveCommand(p)
+	if err := c.fillSecurity(); err != nil {
+		return err
+	}
+	for i, a := range c.Allowlist {
+		r, err := resolveCommand(a.Path)
 		if err != nil {
 			return fmt.Errorf("allowlist[%d]: %w", i, err)
 		}
-		c.Allowlist[i] = r
+		c.Allowlist[i].Path = r
+		if err := checkEnvAllow(a.EnvAllow); err != nil {
+			return fmt.Errorf("allowlist[%d] (%s): env_allow: %w", i, r, err)
+		}
+		if err := c.checkUser(a.RunAs); err != nil {
+			return fmt.Errorf("allowlist[%d] (%s): run_as: %w", i, r, err)
+		}
 	}
 	for name, t := range c.Templates {
 		if len(t.Command) == 0 {
@@ -326,6 +421,12 @@ func (c *Config) fill(getenv func(string) string) error {
 		if t.MaxArguments == 0 {
 			t.MaxArguments = 64
 		}
+		if err := checkEnvAllow(t.EnvAllow); err != nil {
+			return fmt.Errorf("template %q: env_allow: %w", name, err)
+		}
+		if err := c.checkUser(t.RunAs); err != nil {
+			return fmt.Errorf("template %q: run_as: %w", name, err)
+		}
 		if t.Timeout == 0 {
 			t.Timeout = Duration(time.Hour)
 		}
@@ -340,6 +441,9 @@ func (c *Config) fill(getenv func(string) string) error {
 		}
 		if min(a.Quota.CPUCores, a.Quota.MemoryGB, float64(a.Quota.GPUs), a.Guaranteed.CPUCores, a.Guaranteed.MemoryGB, float64(a.Guaranteed.GPUs)) < 0 {
 			return fmt.Errorf("account %q: negative quota or guarantee", a.Name)
+		}
+		if err := c.checkUser(a.RunAs); err != nil {
+			return fmt.Errorf("account %q: run_as: %w", a.Name, err)
 		}
 	}
 	return nil
@@ -359,12 +463,45 @@ func resolveCommand(p string) (string, error) {
 	return r, nil
 }
 
-// allowed reports whether argv0 is on the allowlist.
-func (c *Config) allowed(argv0 string) bool {
-	if !filepath.IsAbs(argv0) {
-		if r, err := exec.LookPath(argv0); err == nil {
-			argv0 = r
+// allowed returns the allowlist entry argv0 names, and the path to run.
+// A bare name is looked up on PATH; a path matches an entry naming the
+// same file (after symbolic links, so /bin/echo and /usr/bin/echo are one
+// program on a merged-/usr system).
+func (c *Config) allowed(argv0 string) (AllowEntry, string, bool) {
+	p := argv0
+	if !filepath.IsAbs(p) {
+		if strings.ContainsRune(p, '/') {
+			return AllowEntry{}, "", false // relative paths never match
+		}
+		r, err := exec.LookPath(p)
+		if err != nil {
+			return AllowEntry{}, "", false
+		}
+		p = r
+	}
+	p = filepath.Clean(p)
+	for _, a := range c.Allowlist {
+		if a.Path == p {
+			return a, p, true
 		}
 	}
-	return slices.Contains(c.Allowlist, filepath.Clean(argv0))
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return AllowEntry{}, "", false
+	}
+	for _, a := range c.Allowlist {
+		if ar, err := filepath.EvalSymlinks(a.Path); err == nil && ar == real {
+			return a, a.Path, true
+		}
+	}
+	return AllowEntry{}, "", false
+}
+
+// allowlistPaths lists the allowlisted programs, for error messages.
+func (c *Config) allowlistPaths() []string {
+	out := make([]string, len(c.Allowlist))
+	for i, a := range c.Allowlist {
+		out[i] = a.Path
+	}
+	return out
 }

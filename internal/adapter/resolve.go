@@ -10,16 +10,20 @@ import (
 )
 
 // Command is what a request resolves to: an argv whose argv[0] came from an
-// operator template or the allowlist, never from the request alone.
+// operator template or the allowlist, never from the request alone, the
+// environment the request may add, and the user it runs as.
 type Command struct {
 	Argv    []string
 	Env     map[string]string
 	Timeout time.Duration // 0 = none
+	User    string        // "" = the adapter's own user
 }
 
 // Resolve turns a request into a command, or a structured refusal. It is
 // the security boundary: nothing a module writes to Redis runs unless an
-// operator approved the program.
+// operator approved the program, and a request sets only the environment
+// variables the operator listed for that program — never one that changes
+// how a program is loaded or interpreted (see deniedEnv).
 func (c *Config) Resolve(req wire.Request) (Command, *wire.Error) {
 	var cmd Command
 	switch {
@@ -47,31 +51,37 @@ func (c *Config) Resolve(req wire.Request) (Command, *wire.Error) {
 				}
 			}
 		}
-		for _, k := range slices.Sorted(maps.Keys(req.Environment)) {
-			if !slices.Contains(t.EnvAllow, k) {
-				return cmd, &wire.Error{Code: wire.CodeInvalidValue, Field: "environment." + k,
-					Message: fmt.Sprintf("template %q does not let requests set %s (allowed: %v)", req.Template, k, t.EnvAllow)}
-			}
+		if werr := checkRequestEnv(req.Environment, t.EnvAllow, fmt.Sprintf("template %q", req.Template)); werr != nil {
+			return cmd, werr
 		}
-		cmd.Argv = append(slices.Clone(t.Command), req.Arguments...)
+		cmd.Argv = slices.Clone(t.Command)
+		if t.EndOfOptions && len(req.Arguments) > 0 {
+			cmd.Argv = append(cmd.Argv, "--")
+		}
+		cmd.Argv = append(cmd.Argv, req.Arguments...)
 		cmd.Env = maps.Clone(t.Env)
 		if cmd.Env == nil {
 			cmd.Env = map[string]string{}
 		}
 		maps.Copy(cmd.Env, req.Environment)
 		cmd.Timeout = t.Timeout.D()
+		cmd.User = c.userFor(t.RunAs, req.Account)
 	case len(req.Command) > 0:
-		if !c.allowed(req.Command[0]) {
+		entry, argv0, ok := c.allowed(req.Command[0])
+		if !ok {
 			return cmd, &wire.Error{Code: wire.CodeCommandNotAllowed, Field: "command[0]",
-				Message: fmt.Sprintf("%q is not on the operator's allowlist %v", req.Command[0], c.Allowlist)}
+				Message: fmt.Sprintf("%q is not on the operator's allowlist %v (a bare name is looked up on the adapter's PATH, a path must name an allowlisted file; relative paths never match)", req.Command[0], c.allowlistPaths())}
 		}
-		argv0, _ := resolveCommand(req.Command[0])
+		if werr := checkRequestEnv(req.Environment, entry.EnvAllow, fmt.Sprintf("the allowlist entry %s", entry.Path)); werr != nil {
+			return cmd, werr
+		}
 		cmd.Argv = append([]string{argv0}, req.Command[1:]...)
 		cmd.Argv = append(cmd.Argv, req.Arguments...)
 		cmd.Env = maps.Clone(req.Environment)
 		if cmd.Env == nil {
 			cmd.Env = map[string]string{}
 		}
+		cmd.User = c.userFor(entry.RunAs, req.Account)
 	default:
 		return cmd, &wire.Error{Code: wire.CodeMissingField, Field: "template",
 			Message: "a request needs a template or a command"}
