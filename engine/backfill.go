@@ -65,14 +65,21 @@ func (rn *resvNode) view(nw *nodeWork) *nodeWork {
 type release struct {
 	t    time.Time
 	node int
+	acct int // the job's account (quota estimates)
 	vec  Resources
 	pk   picks
 	seq  int
 }
 
-// releases lists the estimated ends of running jobs and of this cycle's
-// placements, in time order.
-func (c *cycle) releases() []release {
+// releases lists the planned ends of running jobs and of this cycle's
+// placements, in time order: with latest, at their time limit when they
+// have one (reservations: the latest they can end), else at their expected
+// end (estimated starts).
+func (c *cycle) releases(latest bool) []release {
+	plan := c.p.expected
+	if latest {
+		plan = c.p.latest
+	}
 	var evs []release
 	for k := range c.snap.Running {
 		r := &c.snap.Running[k]
@@ -83,16 +90,16 @@ func (c *cycle) releases() []release {
 		if !ok {
 			continue
 		}
-		end := r.Started.Add(c.p.duration(&r.Job))
+		end := r.Started.Add(plan(&r.Job))
 		if end.Before(c.now) {
 			end = c.now
 		}
 		req := newJobReq(&r.Job)
-		evs = append(evs, release{t: end, node: n, vec: req.vec, pk: devicePicks(c.nodes[n].node, r), seq: len(evs)})
+		evs = append(evs, release{t: end, node: n, acct: c.as.lookup(c.accountName(&r.Job)), vec: req.vec, pk: devicePicks(c.nodes[n].node, r), seq: len(evs)})
 	}
 	for _, pl := range c.placements {
 		j := &c.snap.Pending[pl.ji]
-		evs = append(evs, release{t: c.now.Add(c.p.duration(j)), node: pl.node, vec: c.reqs[pl.ji].vec, pk: pl.pk, seq: len(evs)})
+		evs = append(evs, release{t: c.now.Add(plan(j)), node: pl.node, acct: c.acctOf[pl.ji], vec: c.reqs[pl.ji].vec, pk: pl.pk, seq: len(evs)})
 	}
 	slices.SortFunc(evs, func(a, b release) int {
 		return cmp.Or(a.t.Compare(b.t), cmp.Compare(a.node, b.node), cmp.Compare(a.seq, b.seq))
@@ -150,7 +157,7 @@ const maxGangChecks = 256
 // reserve computes the reservation for e, or nil if no known release lets
 // it fit.
 func (c *cycle) reserve(e *entry) *reservation {
-	evs := c.releases()
+	evs := c.releases(true)
 	fut := &future{c: c, touched: map[int]*nodeWork{}}
 	checks := 0
 	for k := 0; k < len(evs); {

@@ -62,7 +62,10 @@ func TestPriorityFormula(t *testing.T) {
 	}{
 		"level only": {job: et.Job("j").Priority(7).Submitted(now).Obj(), wantP: 7},
 		"age 0.5/h":  {job: et.Job("j").Priority(0).Submitted(now.Add(-4 * time.Hour)).Obj(), wantP: 2},
-		"age capped": {job: et.Job("j").Priority(0).Submitted(et.Epoch.Add(-100 * time.Hour)).Obj(), wantP: 9},
+		// No cap by default (the starvation bound needs the age term to grow).
+		"age uncapped": {job: et.Job("j").Priority(0).Submitted(et.Epoch.Add(-100 * time.Hour)).Obj(), wantP: 55},
+		"age capped": {job: et.Job("j").Priority(0).Submitted(et.Epoch.Add(-100 * time.Hour)).Obj(),
+			policy: engine.Policy{MaxAge: 9}, wantP: 9},
 		"fair share": {job: et.Job("j").Priority(3).Submitted(now).Obj(), fs: 0.5, wantP: 4},
 		"slack = horizon": {job: et.Job("j").Priority(0).Submitted(now).Est(time.Hour).Deadline(now.Add(2 * time.Hour)).Obj(),
 			wantP: 0.5, wantUrg: 0.5},
@@ -325,5 +328,39 @@ func TestProportionalCountsStartedWork(t *testing.T) {
 	plan, _ := engine.Schedule(engine.State{}, snap)
 	if len(plan.Placements) != 1 || plan.Placements[0].JobID != "b000" {
 		t.Errorf("placed %+v, want b000 (a's running job has all its hour left)", plan.Placements)
+	}
+}
+
+// DRR's bound holds when an account's head is affordable but does not fit:
+// the commit's replay passes its entries without charge, and it must not
+// then collect a further quantum every cycle for as long as its jobs wait
+// (it would burst when they fit). a's jobs need the GPU that r holds for
+// ten hours; b's one-core jobs go one per cycle (each ends at once). a's
+// deficit stays within its quantum plus one job.
+func TestDRRDeficitBoundedWhileBlocked(t *testing.T) {
+	const quantum = 3600.0 // a's and b's: equal shares
+	gpuJob := func(id string) engine.Job {
+		return et.Job(id).Account("a").Priority(5).CPU(1).GPU(1).Est(time.Hour).Obj()
+	}
+	snap := engine.Snapshot{Now: et.Epoch, Policy: engine.Policy{Selection: engine.SelectDRR},
+		Accounts: []engine.Account{{Name: "a", Shares: 1}, {Name: "b", Shares: 1}},
+		Nodes:    []engine.Node{et.Node("n").CPU(2).GPUs("A100", 1, 40).Alloc(engine.Resources{engine.DimCPU: 1000, engine.DimGPU: 1}).Obj()},
+		Running:  []engine.Running{et.Job("r").Account("c").CPU(1).GPU(1).Est(10*time.Hour).Running("n", et.Epoch)},
+		Pending:  append([]engine.Job{gpuJob("a1"), gpuJob("a2")}, backlog([]string{"b"}, 40)...)}
+	snap.Nodes[0].GPUs[0].InUse = true
+	snap.Running[0].GPUs = []string{snap.Nodes[0].GPUs[0].ID}
+	cost := 9.0 * 3600 // a core and a GPU for an hour
+	var st engine.State
+	for c := range 30 {
+		plan, next := engine.Schedule(st, snap)
+		st = next
+		if len(plan.Placements) != 1 || plan.Placements[0].JobID[0] != 'b' {
+			t.Fatalf("cycle %d: placed %+v, want one of b's jobs", c, plan.Placements)
+		}
+		if d := st.Accounts["a"].Deficit; d > quantum+cost {
+			t.Fatalf("cycle %d: a's deficit %.0f > quantum %.0f + job %.0f", c, d, quantum, cost)
+		}
+		id := plan.Placements[0].JobID
+		snap.Pending = slices.DeleteFunc(snap.Pending, func(j engine.Job) bool { return j.ID == id })
 	}
 }

@@ -28,7 +28,7 @@ type Explanation struct {
 type Factors struct {
 	Level        int           // Job.Priority, 0..9
 	AgeHours     float64       // hours waited
-	Age          float64       // age term in levels: min(rate·hours, MaxAge)
+	Age          float64       // age term in levels: W_age·hours (capped at MaxAge only when MaxAge > 0)
 	FairShare    float64       // fair-share factor in [0,1]; 0.5 = used exactly its share
 	Urgency      float64       // deadline urgency in [0,1]; 0 without a deadline
 	Slack        time.Duration // deadline − now − estimated duration; 0 without a deadline
@@ -79,6 +79,7 @@ func (c *cycle) explain() {
 	}
 	est := c.estimates(want)
 	c.plan.Explanations = make([]Explanation, 0, len(pend))
+	c.explained = make(map[int]int, len(pend))
 	for _, i := range idx {
 		o := &c.out[i]
 		j := &pend[i]
@@ -106,21 +107,133 @@ func (c *cycle) explain() {
 			if !o.set {
 				rej = reject(j.ID, ReasonNoFit, false, "not considered")
 			}
+			if ex.Factors.DeadlineMiss && !rej.Final {
+				// Its own code, so that filters see it; what else holds it
+				// back stays in the message (and NoFit). Only the Plan says
+				// so: the commit still sees the job waiting for capacity.
+				rej.Message = fmt.Sprintf("deadline %s cannot be met (slack %s); waiting: %s: %s",
+					j.Deadline.Format(time.RFC3339), ex.Factors.Slack, rej.Reason, rej.Message)
+				rej.Reason = ReasonDeadlineInfeasible
+			}
 			c.plan.Rejected = append(c.plan.Rejected, rej)
 			ex.Reason, ex.Message = rej.Reason, rej.Message
-			if ex.Factors.DeadlineMiss && rej.Reason != ReasonDeadlineInfeasible {
-				ex.Message += fmt.Sprintf("; deadline %s cannot be met (slack %s)", j.Deadline.Format(time.RFC3339), ex.Factors.Slack)
-			}
 			switch {
 			case rej.Final:
 			case c.resv != nil && c.resvHolds(i):
 				ex.EstStart = resvStart
+			case o.rej.Reason == ReasonQuota:
+				if e := c.entryOf(i); e != nil && e.jobs[0] == i {
+					ex.EstStart = c.quotaEstimate(e, est)
+				} else if e != nil {
+					ex.EstStart = c.plan.Explanations[c.explained[e.jobs[0]]].EstStart
+				}
+				ex.Message += "; estimated start counts the quota (still a lower bound: the queue ahead is ignored)"
 			case j.GangID == "":
 				ex.EstStart = est[c.reqs[i].shape()]
 			}
 		}
+		c.explained[i] = len(c.plan.Explanations)
 		c.plan.Explanations = append(c.plan.Explanations, ex)
 	}
+}
+
+// quotaEstimate is the estimated start of an entry held by a quota: the
+// first estimated release after which every limited account above it
+// (its own and its ancestors') has room for it, and not before its shape
+// fits on a node (a single job's capacity estimate; now for a gang). Zero
+// when either is unknown, or once estimateBudget steps have gone into
+// these estimates this cycle (cached per account and shape).
+func (c *cycle) quotaEstimate(e *entry, est map[shapeKey]time.Time) time.Time {
+	if len(e.jobs) > 1 {
+		return c.quotaEstimateUncached(e, est)
+	}
+	k := quotaKey{e.acct, c.reqs[e.jobs[0]].shape()}
+	if t, ok := c.quotaEst[k]; ok {
+		return t
+	}
+	if c.quotaEst == nil {
+		c.quotaEst = map[quotaKey]time.Time{}
+	}
+	t := c.quotaEstimateUncached(e, est)
+	c.quotaEst[k] = t
+	return t
+}
+
+type quotaKey struct {
+	acct  int
+	shape shapeKey
+}
+
+func (c *cycle) quotaEstimateUncached(e *entry, est map[shapeKey]time.Time) time.Time {
+	capT := c.now
+	if len(e.jobs) == 1 {
+		r := &c.reqs[e.jobs[0]]
+		if !c.fitsNow(r) {
+			if capT = est[r.shape()]; capT.IsZero() {
+				return time.Time{}
+			}
+		}
+	}
+	// The limited accounts on the chain and their allocation now.
+	var chain []int
+	var alloc []Resources
+	for a := e.acct; a >= 0; a = c.as.list[a].parent {
+		if !c.as.list[a].quota.IsZero() {
+			chain = append(chain, a)
+			alloc = append(alloc, c.as.list[a].alloc)
+		}
+	}
+	room := func() bool {
+		for k, a := range chain {
+			q := c.as.list[a].quota
+			for d := range NumDims {
+				if q[d] > 0 && alloc[k][d]+e.use[d] > q[d] {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	if room() {
+		return capT
+	}
+	if c.quotaEvs == nil {
+		c.quotaEvs = c.releases(false)
+	}
+	evs := c.quotaEvs
+	for k := 0; k < len(evs); {
+		if c.quotaSteps++; c.quotaSteps > estimateBudget {
+			return time.Time{}
+		}
+		t := evs[k].t
+		for ; k < len(evs) && evs[k].t.Equal(t); k++ {
+			for a := evs[k].acct; a >= 0; a = c.as.list[a].parent {
+				if i := slices.Index(chain, a); i >= 0 {
+					alloc[i] = alloc[i].Sub(evs[k].vec)
+				}
+			}
+		}
+		if room() {
+			if t.Before(capT) {
+				return capT
+			}
+			return t
+		}
+	}
+	return time.Time{}
+}
+
+// fitsNow reports whether some node has room for r now.
+func (c *cycle) fitsNow(r *jobReq) bool {
+	for i := range c.nodes {
+		if c.quotaSteps++; c.quotaSteps > estimateBudget {
+			return false
+		}
+		if c.nodes[i].fits(r, c.scratch) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *cycle) posOf(id string) int {
@@ -171,7 +284,7 @@ func (c *cycle) estimates(want []*jobReq) map[shapeKey]time.Time {
 	if len(open) == 0 {
 		return out
 	}
-	evs := c.releases()
+	evs := c.releases(false)
 	fut := &future{c: c, touched: make(map[int]*nodeWork)}
 	budget := estimateBudget
 	var batch []int

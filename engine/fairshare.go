@@ -440,9 +440,12 @@ func (s *selector) tickets(a int) float64 {
 }
 
 // drrNext runs deficit round-robin over the eligible accounts in name order.
-// Visiting an account adds its quantum (Quantum × shares relative to the
-// largest eligible share... see quantum) once per visit; it keeps the turn
-// while its head costs no more than its deficit.
+// Visiting an account adds its quantum (see quantum) once per visit; it
+// keeps the turn while its head costs no more than its deficit, across
+// cycles too: the pointer and whether the account there has had its
+// quantum for this visit (s.full) are in the State (DRRNext, DRRCredited).
+// Invariant: 0 ≤ deficit ≤ quantum + the account's dearest entry (see
+// boundDeficits).
 func (s *selector) drrNext(el []int) int {
 	isEl := func(a int) bool { _, ok := slices.BinarySearch(el, a); return ok }
 	n := len(s.as.list)
@@ -479,6 +482,28 @@ func (s *selector) drrNext(el []int) int {
 		}
 		s.drr = s.nextEl(el, (s.drr+1)%n)
 		s.full = false
+	}
+}
+
+// boundDeficits keeps DRR's invariant across cycles: a deficit never
+// exceeds one quantum plus the account's dearest entry. A visit ends with
+// the deficit below the head's cost, except when the commit's replay passes
+// heads the account could pay for but that did not fit; without the bound
+// such an account would collect a quantum every cycle for as long as its
+// jobs wait, then burst. An account not credited for its current visit
+// keeps at most one entry's cost, so its next quantum brings it to the
+// bound.
+func (s *selector) boundDeficits() {
+	for a := range s.as.list {
+		ac := &s.as.list[a]
+		limit := 0.0
+		for _, e := range ac.queue {
+			limit = max(limit, e.cost)
+		}
+		if a == s.drr && s.full {
+			limit += s.quantum(a)
+		}
+		ac.deficit = min(ac.deficit, limit)
 	}
 }
 

@@ -28,7 +28,7 @@ func (p Policy) withDefaults() Policy {
 		p.Weights = defaultWeights()
 	}
 	if p.MaxAge == 0 {
-		p.MaxAge = 9
+		p.MaxAge = -1 // no cap: the starvation bound (queue.go) needs ageing to keep growing
 	}
 	if p.Band <= 0 {
 		p.Band = 1
@@ -38,6 +38,9 @@ func (p Policy) withDefaults() Policy {
 	}
 	if p.DeadlineAction == "" {
 		p.DeadlineAction = DeadlineRun
+	}
+	if p.DeadlineOrder != EarliestDeadlineFirst {
+		p.DeadlineOrder = LeastSlackFirst
 	}
 	if p.FairShareMode == "" {
 		p.FairShareMode = FairShareClassic
@@ -130,10 +133,32 @@ func (p *Policy) billingRate(r *jobReq) float64 {
 	return rate
 }
 
-// duration is the planning duration of a job.
+// duration is the planning duration of a job: its estimate, else
+// DefaultDuration (usage cost, the proportional key).
 func (p *Policy) duration(j *Job) time.Duration {
 	if j.EstDuration > 0 {
 		return j.EstDuration
 	}
 	return p.DefaultDuration
+}
+
+// expected is how long a job is expected to run: its planning duration,
+// but no longer than its time limit (it is stopped then). Estimated starts
+// of jobs other than the reserved one use it.
+func (p *Policy) expected(j *Job) time.Duration {
+	if j.TimeLimit > 0 {
+		return min(j.TimeLimit, p.duration(j))
+	}
+	return p.duration(j)
+}
+
+// latest is how long backfill plans a job to run: its time limit when it
+// has one (the latest it can end, estimate or not, as Slurm's backfill),
+// else its planning duration. Reservations and the "ends before the
+// reservation" test of backfill use it.
+func (p *Policy) latest(j *Job) time.Duration {
+	if j.TimeLimit > 0 {
+		return j.TimeLimit
+	}
+	return p.duration(j)
 }

@@ -27,6 +27,30 @@ func genSnap(seed uint64) engine.Snapshot {
 	if seed%11 == 0 {
 		snap.Policy.NoBackfill = true
 	}
+	if seed%3 == 0 {
+		// Time limits below, at and above the estimates, some on jobs
+		// with no estimate: backfill plans with them.
+		limit := func(k int, est time.Duration) time.Duration {
+			switch (int(seed) + k) % 4 {
+			case 0:
+				return 0
+			case 1:
+				return est / 2
+			case 2:
+				return est + 20*time.Minute
+			}
+			return 45 * time.Minute
+		}
+		for k := range snap.Pending {
+			snap.Pending[k].TimeLimit = limit(k, snap.Pending[k].EstDuration)
+		}
+		for k := range snap.Running {
+			snap.Running[k].TimeLimit = limit(k, snap.Running[k].EstDuration)
+		}
+	}
+	if seed%5 == 1 {
+		snap.Policy.DeadlineOrder = engine.EarliestDeadlineFirst
+	}
 	return snap
 }
 
@@ -368,10 +392,19 @@ func TestShareConvergenceOneSlot(t *testing.T) {
 // account's share of the placements over the second half.
 func simulateOneSlot(t *testing.T, sel engine.Selection, shares []float64, slots, cycles int) []float64 {
 	t.Helper()
+	return simulateOneSlotWith(t, engine.Policy{Selection: sel}, shares, slots, cycles, nil)
+}
+
+// simulateOneSlotWith is simulateOneSlot under policy p (ageing and the
+// fair-share term are turned off), calling check, if not nil, with the
+// State after every cycle.
+func simulateOneSlotWith(t *testing.T, p engine.Policy, shares []float64, slots, cycles int, check func(c int, st engine.State)) []float64 {
+	t.Helper()
 	const interval = 10 * time.Minute
 	est := time.Duration(slots) * interval
-	snap := engine.Snapshot{Now: et.Epoch, Policy: engine.Policy{Selection: sel, NoAging: true,
-		Weights: engine.Weights{Level: 1, Deadline: 1}}} // no fair-share term, no age
+	p.NoAging = true
+	p.Weights = engine.Weights{Level: 1, Deadline: 1} // no fair-share term, no age
+	snap := engine.Snapshot{Now: et.Epoch, Policy: p}
 	snap.Nodes = []engine.Node{et.Node("n").CPU(int64(slots)).Mem(int64(4 * slots)).Obj()}
 	name := func(i int) string { return fmt.Sprint("acct", i) }
 	for i, s := range shares {
@@ -424,6 +457,9 @@ func simulateOneSlot(t *testing.T, sel engine.Selection, shares []float64, slots
 		if len(plan.Placements) != 1 {
 			t.Fatalf("cycle %d: %d placements, want exactly 1", c, len(plan.Placements))
 		}
+		if check != nil {
+			check(c, st)
+		}
 		for _, p := range plan.Placements {
 			k := slices.IndexFunc(snap.Pending, func(j engine.Job) bool { return j.ID == p.JobID })
 			j := snap.Pending[k]
@@ -444,4 +480,57 @@ func simulateOneSlot(t *testing.T, sel engine.Selection, shares []float64, slots
 		placed[i] /= total
 	}
 	return placed
+}
+
+// TestDRRSmallJobsOneSlot is TestShareConvergenceOneSlot for DRR with jobs
+// smaller than every quantum (6000 billing-seconds against quanta of
+// 1.03 to 16.7 jobs): an account keeps the turn while its credit covers its
+// head, across cycles, so the split follows the shares and not the round
+// robin (before the fix the pointer moved on after every cycle's single
+// placement: 1:1:1 whatever the shares, and the deficits of the larger
+// shares grew by a quantum every round). The DRR invariant is checked after
+// every cycle: 0 ≤ deficit ≤ quantum + one job's cost.
+func TestDRRSmallJobsOneSlot(t *testing.T) {
+	const cost = 6000.0 // 1 core + 1 GiB for 80 minutes
+	tests := map[string]struct {
+		shares  []float64
+		quantum float64 // of the largest share
+	}{
+		"1:2:5 quantum 6 jobs":      {shares: []float64{1, 2, 5}, quantum: 36000},
+		"1:2:5 quantum 5.17 jobs":   {shares: []float64{1, 2, 5}, quantum: 31000},
+		"1:2:5 quantum 16.7 jobs":   {shares: []float64{1, 2, 5}, quantum: 100000},
+		"1:3 quantum 1.5 jobs":      {shares: []float64{1, 3}, quantum: 3 * 9000},
+		"2:3:4:7 quantum 3.75 jobs": {shares: []float64{2, 3, 4, 7}, quantum: 22500},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			total, maxS := 0.0, 0.0
+			for _, s := range tc.shares {
+				total += s
+				maxS = max(maxS, s)
+			}
+			maxDeficit, broken := 0.0, ""
+			check := func(c int, st engine.State) {
+				for i, s := range tc.shares {
+					q := tc.quantum * s / maxS
+					d := st.Accounts[fmt.Sprint("acct", i)].Deficit
+					maxDeficit = max(maxDeficit, d/(q+cost))
+					if (d < 0 || d > q+cost) && broken == "" {
+						broken = fmt.Sprintf("cycle %d: acct%d deficit %.0f outside [0, quantum %.0f + job %.0f]", c, i, d, q, cost)
+					}
+				}
+			}
+			got := simulateOneSlotWith(t, engine.Policy{Selection: engine.SelectDRR, Quantum: tc.quantum}, tc.shares, 8, 1600, check)
+			t.Logf("shares %.4f, largest deficit %.2f of its bound", got, maxDeficit)
+			if broken != "" {
+				t.Error(broken)
+			}
+			for i, s := range tc.shares {
+				want := s / total
+				if math.Abs(got[i]/want-1) > 0.02 {
+					t.Errorf("acct%d: share %.4f, want %.4f ± 2%% (all %.4f)", i, got[i], want, got)
+				}
+			}
+		})
+	}
 }

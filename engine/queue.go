@@ -12,17 +12,48 @@ import (
 //
 // The priority formula (in priority levels, like Slurm's multifactor sum):
 //
-//	P = W_level·level + min(W_age·hours_waited, MaxAge) + W_fs·F_fs + W_dl·urgency
+//	P = W_level·level + W_age·hours_waited + W_fs·F_fs + W_dl·urgency
+//
+// (the age term capped at MaxAge only when MaxAge > 0, an explicit choice
+// that gives up the starvation bound below)
 //	urgency = 0 without a deadline; 1 if slack ≤ 0; else H/(H+slack)
 //	slack = deadline − now − estimated duration, H = Policy.DeadlineHorizon
 //
 // Jobs are then compared (lower runs first) by:
 //
 //  1. band = ⌊P / Policy.Band⌋, higher first ("comparable priority");
-//  2. within a band, jobs with a deadline before jobs without, by slack
-//     ascending (earliest deadline first; overdue jobs by how late they are,
-//     the latest first);
+//  2. within a band, jobs with a deadline before jobs without, by
+//     Policy.DeadlineOrder: least slack first (default; overdue jobs by how
+//     late they would finish, the latest first), or earliest deadline first
+//     (the deadline alone, whatever the work left);
 //  3. P, higher first; 4. Submitted, earlier first; 5. ID.
+
+// Starvation bound. Without a cap the age term keeps growing, so a job J
+// outranks any job K submitted X = (9·W_level + W_fs + W_dl + Band)/W_age
+// hours or more after it: P_J ≥ W_age·a_J and P_K ≤ 9·W_level + W_age·a_K +
+// W_fs + W_dl, so P_J − P_K ≥ Band and J is in a higher band (bands come
+// first in the order, and the selection algorithms only choose among the
+// accounts whose head is in the top band). Under the default weights X is
+// 26 h. Only entries within their account's guaranteed minimum go ahead of
+// a higher band. With a cap C = MaxAge > 0, a fully aged level-0 job only
+// outranks level-9 jobs that have waited less than
+// (C − 9·W_level − W_fs − W_dl − Band)/W_age hours (none if C ≤ 13 under the
+// default weights): a level-9 backlog that waits longer starves it.
+
+// StarvationBound returns X above: under policy p no job ever ranks behind
+// a job submitted X or more after it, whatever the levels, fair shares and
+// deadlines. It is 0 when p has no such bound: ageing off (NoAging or a
+// zero age weight) or capped (MaxAge > 0), the explicit configurations that
+// allow starvation.
+func StarvationBound(p Policy) time.Duration {
+	p = p.withDefaults()
+	w := p.Weights
+	if p.NoAging || w.Age <= 0 || p.MaxAge > 0 {
+		return 0
+	}
+	levels := 9*max(w.Level, 0) + max(w.FairShare, 0) + max(w.Deadline, 0) + p.Band
+	return time.Duration(levels / w.Age * float64(time.Hour))
+}
 
 // Priority returns the priority formula's value for j and its factors, under
 // policy p (zero fields take their defaults). fs is the fair-share factor of
@@ -37,7 +68,7 @@ func priority(j *Job, now time.Time, p *Policy, fs float64) (float64, Factors) {
 	if w := now.Sub(j.Submitted); w > 0 && !j.Submitted.IsZero() && !p.NoAging {
 		f.AgeHours = w.Hours()
 		f.Age = p.Weights.Age * f.AgeHours
-		if p.MaxAge >= 0 {
+		if p.MaxAge > 0 {
 			f.Age = min(f.Age, p.MaxAge)
 		}
 	}
@@ -66,6 +97,7 @@ type entry struct {
 	f         Factors
 	submitted time.Time
 	id        string  // first member's ID
+	dkey      int64   // deadline order key, lower first: slack (LeastSlackFirst) or deadline (EarliestDeadlineFirst), ns
 	cost      float64 // billing-seconds if run for its planning duration (all members)
 	use       Resources
 }
@@ -85,7 +117,7 @@ func compareEntries(a, b *entry) int {
 func compareDeadline(a, b *entry) int {
 	switch {
 	case a.f.HasDeadline && b.f.HasDeadline:
-		return cmp.Compare(a.f.Slack, b.f.Slack)
+		return cmp.Compare(a.dkey, b.dkey)
 	case a.f.HasDeadline:
 		return -1
 	case b.f.HasDeadline:

@@ -18,7 +18,7 @@ const (
 	ReasonOverShare          Code = "over-share"          // transient: the account is above Policy.ShareCap × its share
 	ReasonGangIncomplete     Code = "gang-incomplete"     // transient: fewer than GangSize members are pending
 	ReasonGangNoFit          Code = "gang-no-fit"         // transient: the members do not all fit at once
-	ReasonDeadlineInfeasible Code = "deadline-infeasible" // final under DeadlineReject, else a flag in the explanation
+	ReasonDeadlineInfeasible Code = "deadline-infeasible" // the deadline can no longer be met: final under DeadlineReject; else transient (the job waits, and the message says on what) or, on a placed job, a flag in its explanation
 	ReasonBackfillBlocked    Code = "backfill-blocked"    // transient: it would fit, but would delay the reserved job
 	ReasonReserved           Code = "reserved"            // transient: the first blocked job; it holds the reservation
 	ReasonBlocked            Code = "blocked"             // transient: a higher job is blocked and backfill is off

@@ -20,10 +20,10 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of engine
 // TestScenarios runs the scripts in testdata/*.txt. A script is a list of
 // commands, one per line; '#' starts a comment. Setup commands:
 //
-//	policy   key=value…            (selection, strategy, fairshare, deadline, backfill=off, sharecap, quantum, maxage, aging=off, weights=L/A/F/D, halflife, pool.<name>=<strategy>)
+//	policy   key=value…            (selection, strategy, fairshare, deadline, order (deadline order), backfill=off, sharecap, quantum, maxage, aging=off, weights=L/A/F/D, halflife, pool.<name>=<strategy>)
 //	account  <name> shares=N parent=P quota=<res> guaranteed=<res>
 //	node     <name> cpu=8 mem=32 gpus=<model>x<n>:<GiB> mig=<model>:<GiB>:<p1>+<p2> nvme=… ssd=… hdd=… net=… numa=N label=k=v unhealthy alloc=<res>
-//	job      <id> account=a prio=N cpu=… mem=… gpu=N gpumem=GiB model=M mig=<profile>[xN] tier=<t>:<GiB> net=… sel=k=v numa strategy=S gang=<id>/<size> est=1h submitted=-10m deadline=+2h
+//	job      <id> account=a prio=N cpu=… mem=… gpu=N gpumem=GiB model=M mig=<profile>[xN] tier=<t>:<GiB> net=… sel=k=v numa strategy=S gang=<id>/<size> est=1h limit=2h submitted=-10m deadline=+2h
 //	running  <id> node=N started=-30m (plus job keys)
 //	advance  <duration>            move Now forward
 //	apply                          start the last plan's placements (pending → running, node allocations updated)
@@ -368,7 +368,11 @@ func formatPlan(p engine.Plan, st engine.State, now time.Time, explain, showStat
 			out = append(out, fmt.Sprintf("  state %s usage=%.1f finish=%.4g deficit=%.4g comp=%.3g", n, a.Usage, a.Finish, a.Deficit, a.Compensation))
 		}
 		if st.VirtualTime != 0 || st.DRRNext != "" {
-			out = append(out, fmt.Sprintf("  state V=%.4g drr_next=%s", st.VirtualTime, st.DRRNext))
+			line := fmt.Sprintf("  state V=%.4g drr_next=%s", st.VirtualTime, st.DRRNext)
+			if st.DRRCredited {
+				line += " (credited)"
+			}
+			out = append(out, line)
 		}
 	}
 	if len(out) == 0 {
@@ -391,6 +395,8 @@ func (sc *scenario) policy(args []string) error {
 			p.FairShareMode = engine.FairShareMode(v)
 		case k == "deadline":
 			p.DeadlineAction = engine.DeadlineAction(v)
+		case k == "order":
+			p.DeadlineOrder = engine.DeadlineOrder(v)
 		case k == "backfill" && v == "off":
 			p.NoBackfill = true
 		case k == "aging" && v == "off":
@@ -546,7 +552,7 @@ func (sc *scenario) parseJob(args []string) (engine.Job, string, error) {
 			id, size, _ := strings.Cut(v, "/")
 			n, _ := strconv.Atoi(size)
 			b.Gang(id, n)
-		case "est", "submitted", "started", "deadline":
+		case "est", "limit", "submitted", "started", "deadline":
 			d, err := time.ParseDuration(v)
 			if err != nil {
 				return engine.Job{}, "", err
@@ -554,6 +560,8 @@ func (sc *scenario) parseJob(args []string) (engine.Job, string, error) {
 			switch k {
 			case "est":
 				b.Est(d)
+			case "limit":
+				b.Limit(d)
 			case "submitted", "started":
 				b.Submitted(sc.snap.Now.Add(d))
 			case "deadline":

@@ -86,13 +86,17 @@ type cycle struct {
 	resvTries  int
 	blocked    bool // NoBackfill: a job is blocked, nothing after it starts
 
-	failShape map[shapeKey]*Rejection // shapes known not to fit anywhere this cycle
-	failVecs  []Resources             // plain requests known not to fit (dominance check)
-	analyzed  map[shapeKey]*Rejection // per-shape failure analysis
-	scratch   []int
-	entryIdx  map[int]*entry
-	cursor    map[shapeKey]int // where the last search for a shape ended (next-fit start)
-	trial     bool             // placing the second or later member of a gang: failures are not cached
+	failShape  map[shapeKey]*Rejection // shapes known not to fit anywhere this cycle
+	failVecs   []Resources             // plain requests known not to fit (dominance check)
+	analyzed   map[shapeKey]*Rejection // per-shape failure analysis
+	scratch    []int
+	entryIdx   map[int]*entry
+	cursor     map[shapeKey]int // where the last search for a shape ended (next-fit start)
+	trial      bool             // placing the second or later member of a gang: failures are not cached
+	explained  map[int]int      // pending index → its explanation's index (explain)
+	quotaEvs   []release        // the releases, for quota estimates (explain)
+	quotaEst   map[quotaKey]time.Time
+	quotaSteps int // work spent on quota estimates (budget: estimateBudget)
 }
 
 func newCycle(st State, snap *Snapshot) *cycle {
@@ -179,6 +183,8 @@ func (c *cycle) validate() {
 			msg = fmt.Sprintf("gang %s has %d pending members, more than its size %d", j.GangID, gangCount[j.GangID], j.GangSize)
 		case j.EstDuration < 0:
 			msg = "negative estimated duration"
+		case j.TimeLimit < 0:
+			msg = "negative time limit"
 		}
 		for d, v := range j.Request {
 			if v < 0 && msg == "" {
@@ -262,7 +268,7 @@ func (c *cycle) accrue() {
 		a := c.as.lookup(c.accountName(&r.Job))
 		c.addAlloc(a, req.vec, true)
 		if c.p.Selection == SelectProportional {
-			if left := r.Started.Add(c.p.duration(&r.Job)).Sub(c.now); left > 0 {
+			if left := r.Started.Add(c.p.expected(&r.Job)).Sub(c.now); left > 0 {
 				rem := c.p.billingRate(&req) * left.Seconds()
 				for i := a; i >= 0; i = c.as.list[i].parent {
 					c.as.list[i].remaining += rem
@@ -342,6 +348,11 @@ func (c *cycle) buildEntries() {
 		e.prio = c.prio[best]
 		e.f = c.factors[best]
 		e.band = bandOf(e.prio, c.p.Band)
+		if c.p.DeadlineOrder == EarliestDeadlineFirst {
+			e.dkey = pend[best].Deadline.UnixNano()
+		} else {
+			e.dkey = int64(e.f.Slack)
+		}
 		e.id = pend[e.jobs[0]].ID
 		c.as.list[e.acct].queue = append(c.as.list[e.acct].queue, e)
 	}
@@ -385,7 +396,7 @@ func (c *cycle) newSelector(st *State) *selector {
 		}
 	}
 	if i := c.as.lookup(st.DRRNext); i >= 0 {
-		s.drr = i
+		s.drr, s.full = i, st.DRRCredited
 	}
 	return s
 }
@@ -401,9 +412,11 @@ func (c *cycle) newSelector(st *State) *selector {
 //   - drr: the order is replayed from the cycle's starting State, charging
 //     the placed entries and passing over the others without charge, until
 //     the last placed one: every account waiting for capacity meanwhile
-//     receives its quanta for the rounds that went by and keeps its credit
-//     (an account's credit stays below its head's cost plus a quantum,
-//     since a head it can pay for is taken, placed or passed); an account
+//     receives its quanta for the rounds that went by and keeps its credit;
+//     the pointer stays where the replay stopped, with whether that account
+//     has had its quantum for the visit, so an account whose credit covers
+//     more than this cycle's placements goes on next cycle. Deficits are
+//     then bounded by a quantum plus one entry (boundDeficits); an account
 //     with nothing left waiting for capacity keeps none;
 //   - lottery: the compensation of an account's last placed entry.
 func (c *cycle) commit() {
@@ -443,6 +456,7 @@ func (c *cycle) commit() {
 				s.pass(a)
 			}
 		}
+		s.boundDeficits()
 	}
 	for i := range c.as.list {
 		a := &c.as.list[i]
@@ -470,13 +484,14 @@ func (c *cycle) commit() {
 	if c.p.Selection == SelectWFQ {
 		c.state.VirtualTime = c.wfqVirtualTime(s)
 	}
-	c.state.DRRNext = ""
+	c.state.DRRNext, c.state.DRRCredited = "", false
 	if c.p.Selection == SelectDRR && len(c.as.list) > 0 {
-		d := s.drr
-		if s.full {
-			d = (d + 1) % len(c.as.list)
-		}
-		c.state.DRRNext = c.as.list[d].Name
+		// The pointer stays on the account being served: with its quantum
+		// already added, it goes on next cycle while its deficit covers its
+		// head. (Moving on here gave every account one job per cycle in
+		// turn whenever jobs cost less than a quantum and one slot freed per
+		// cycle: 1:1:1 whatever the shares, and unbounded deficits.)
+		c.state.DRRNext, c.state.DRRCredited = c.as.list[s.drr].Name, s.full
 	}
 	if c.now.After(c.state.LastNow) {
 		c.state.LastNow = c.now
@@ -631,9 +646,9 @@ func (c *cycle) placeEntry(e *entry) (Rejection, bool) {
 	for _, i := range e.jobs {
 		j := &c.snap.Pending[i]
 		r := &c.reqs[i]
-		end := c.now.Add(c.p.duration(j))
-		if j.EstDuration == 0 {
-			end = farFuture // unknown duration: never "ends before" a reservation
+		end := c.now.Add(c.p.latest(j))
+		if j.EstDuration == 0 && j.TimeLimit == 0 {
+			end = farFuture // unknown duration, no limit: never "ends before" a reservation
 		}
 		n, rej := c.findNode(r, c.p.strategyFor(j), end)
 		if n < 0 {

@@ -8,7 +8,9 @@ import (
 )
 
 // StateVersion is the current State format. Bump it, and add a golden file
-// under testdata, when the JSON form changes.
+// under testdata, when the JSON form changes incompatibly. (drr_credited was
+// added within version 1: older checkpoints read as false, and older
+// engines ignore it.)
 const StateVersion = 1
 
 // State is what the engine carries from one cycle to the next. It is plain
@@ -21,8 +23,14 @@ type State struct {
 	// VirtualTime is the WFQ system virtual time V, in billing-seconds per
 	// share. It only moves forward and never follows a clock.
 	VirtualTime float64 `json:"virtual_time,omitempty"`
-	// DRRNext is the account the next DRR round starts at.
+	// DRRNext is the account at the DRR round-robin pointer: the next cycle
+	// starts its round there.
 	DRRNext string `json:"drr_next,omitempty"`
+	// DRRCredited says DRRNext has already received its quantum for the
+	// current visit: it keeps the turn while its deficit covers its head
+	// and gets no second quantum (false in checkpoints written before the
+	// field existed, which only costs that account one extra quantum).
+	DRRCredited bool `json:"drr_credited,omitempty"`
 }
 
 // AccountState is one account's scheduling memory.

@@ -23,6 +23,7 @@ func TestStateGolden(t *testing.T) {
 		},
 		VirtualTime: 4800,
 		DRRNext:     "reasoning",
+		DRRCredited: true,
 	}
 	path := "testdata/state_v1.json"
 	got, err := engine.MarshalState(want)

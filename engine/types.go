@@ -69,6 +69,11 @@ type Job struct {
 	Submitted   time.Time     // when the job started waiting (ageing starts here)
 	Deadline    time.Time     // zero = none
 	EstDuration time.Duration // estimated run time; 0 = unknown (Policy.DefaultDuration for planning)
+	// TimeLimit is when the job is stopped if still running (the adapter
+	// kills it then); 0 = none. Backfill and reservations plan the job's
+	// end at Started + TimeLimit whenever it has one, estimate or not (the
+	// latest it can end), as Slurm's backfill does; see backfill.go.
+	TimeLimit time.Duration
 	// Request is the amount to allocate. Request[DimGPU] is a count of whole
 	// GPUs, or of MIG instances when MIGProfile is set; Request[DimGPUMemory]
 	// is the total GPU memory wanted, spread evenly over the GPUs (each chosen
@@ -184,11 +189,20 @@ const (
 	DeadlineReject DeadlineAction = "reject" // reject it (Final)
 )
 
+// DeadlineOrder says how jobs with a deadline are ordered within a band.
+type DeadlineOrder string
+
+// Deadline orders.
+const (
+	LeastSlackFirst       DeadlineOrder = "least-slack"       // slack = deadline − now − estimated duration, ascending (default); overdue jobs latest first
+	EarliestDeadlineFirst DeadlineOrder = "earliest-deadline" // deadline ascending, whatever the estimated duration
+)
+
 // Weights are the coefficients of the priority formula, in priority levels:
 // a weight of 1 lets its factor move a job by at most one level.
 type Weights struct {
 	Level     float64 // × Priority (0..9); default 1
-	Age       float64 // × waited hours, capped at MaxAge (default 0.5 level per hour)
+	Age       float64 // × waited hours, uncapped unless MaxAge > 0 (default 0.5 level per hour)
 	FairShare float64 // × fair-share factor in [0,1]; default 2
 	Deadline  float64 // × deadline urgency in [0,1]; default 1
 }
@@ -197,11 +211,12 @@ type Weights struct {
 // listed on each field (see DefaultPolicy).
 type Policy struct {
 	Weights         Weights       // zero value = defaults; otherwise used as given
-	MaxAge          float64       // cap on the age term, in levels; default 9 (a level-0 job can catch a fresh level-9 one); negative = no cap
-	NoAging         bool          // ignore waiting time (low levels can starve)
+	MaxAge          float64       // cap on the age term, in levels; ≤ 0 = no cap (default: see StarvationBound); a cap > 0 lets a backlog of higher levels starve a job
+	NoAging         bool          // ignore waiting time: like a cap, lets low levels starve
 	Band            float64       // width of a "comparable priority" band, in levels; default 1
 	DeadlineHorizon time.Duration // slack at which urgency is 1/2; default 1h
 	DeadlineAction  DeadlineAction
+	DeadlineOrder   DeadlineOrder // within a band; default LeastSlackFirst
 
 	FairShareMode  FairShareMode
 	HalfLife       time.Duration       // usage half-life; default ln(0.5)/ln(0.9) hours ≈ 6h35m (the original's 0.9 per hour)

@@ -88,6 +88,7 @@ func (b *JobBuilder) Gang(id string, size int) *JobBuilder {
 func (b *JobBuilder) Submitted(t time.Time) *JobBuilder      { b.j.Submitted = t; return b }
 func (b *JobBuilder) Deadline(t time.Time) *JobBuilder       { b.j.Deadline = t; return b }
 func (b *JobBuilder) Est(d time.Duration) *JobBuilder        { b.j.EstDuration = d; return b }
+func (b *JobBuilder) Limit(d time.Duration) *JobBuilder      { b.j.TimeLimit = d; return b }
 func (b *JobBuilder) Request(r engine.Resources) *JobBuilder { b.j.Request = r; return b }
 
 // Obj returns the job (a copy; the builder can be reused).

@@ -21,6 +21,9 @@ func WriteText(w io.Writer, r *Report) error {
 	if r.Jobs.NotYet > 0 {
 		fmt.Fprintf(b, ", %d arriving after the horizon", r.Jobs.NotYet)
 	}
+	if r.Jobs.Stopped > 0 {
+		fmt.Fprintf(b, " (%d finished jobs stopped at their time limit)", r.Jobs.Stopped)
+	}
 	fmt.Fprintf(b, "; makespan %s\n", fmtDur(r.Makespan))
 	e := r.Engine
 	fmt.Fprintf(b, "engine: %d cycles, %s decisions, %d placements (%d backfilled) in %.2fs (%s decisions/s); simulated %s in %.2fs (%s× real time)\n",

@@ -113,6 +113,14 @@ func (g *generator) job(t float64, account string) JobSpec {
 		slack := d.Slack.Lo + g.rng.Float64()*(d.Slack.Hi-d.Slack.Lo)
 		j.Deadline = t + j.Duration*slack
 	}
+	j.TimeLimit = 0
+	if r := sp.TimeLimit; r != nil {
+		base := est
+		if base == 0 {
+			base = j.Duration
+		}
+		j.TimeLimit = base * (r.Lo + g.rng.Float64()*(r.Hi-r.Lo))
+	}
 	return j
 }
 

@@ -62,10 +62,11 @@ type PolicyInfo struct {
 type JobCounts struct {
 	Submitted int            `json:"submitted"`
 	Finished  int            `json:"finished"`
-	Dropped   int            `json:"dropped"`     // final rejections, e.g. deadline-infeasible under deadline_action reject
-	Waiting   int            `json:"waiting"`     // still waiting at the end (never placed)
-	NotYet    int            `json:"not_arrived"` // arriving after the horizon
-	Running   int            `json:"running"`     // still running at the horizon
+	Dropped   int            `json:"dropped"`                    // final rejections, e.g. deadline-infeasible under deadline_action reject
+	Stopped   int            `json:"stopped_at_limit,omitempty"` // of Finished: stopped at their time limit
+	Waiting   int            `json:"waiting"`                    // still waiting at the end (never placed)
+	NotYet    int            `json:"not_arrived"`                // arriving after the horizon
+	Running   int            `json:"running"`                    // still running at the horizon
 	DroppedBy map[string]int `json:"dropped_by,omitempty"`
 }
 
@@ -192,6 +193,9 @@ func (s *sim) report() Report {
 		switch j.state {
 		case jobDone:
 			r.Jobs.Finished++
+			if j.stopped {
+				r.Jobs.Stopped++
+			}
 		case jobDropped:
 			r.Jobs.Dropped++
 			if r.Jobs.DroppedBy == nil {

@@ -94,6 +94,7 @@ type job struct {
 	vec         engine.Resources // per member, as allocated on the node
 	migSlices   int64            // per member
 	gen         *generator
+	stopped     bool // its time limit is shorter than its run time: it is stopped then
 
 	state    jobState
 	placed   []memberPlace
@@ -369,6 +370,9 @@ func (s *sim) addJob(js *JobSpec, g *generator) (*job, error) {
 	a := s.account(acctName)
 	s.accts[a].active = true
 	j := &job{id: js.ID, acct: a, priority: js.Priority, arrival: s.ns(js.Arrival), duration: max(s.ns(js.Duration), 1), gen: g}
+	if js.TimeLimit > 0 && s.ns(js.TimeLimit) < j.duration {
+		j.duration, j.stopped = max(s.ns(js.TimeLimit), 1), true // stopped at its limit, as the adapter does
+	}
 	if js.Deadline > 0 {
 		j.hasDeadline, j.deadline = true, s.ns(js.Deadline)
 	}
@@ -381,6 +385,7 @@ func (s *sim) addJob(js *JobSpec, g *generator) (*job, error) {
 		Priority:     js.Priority,
 		Submitted:    s.at(j.arrival),
 		EstDuration:  secs(est),
+		TimeLimit:    secs(js.TimeLimit),
 		Request:      js.ResourceSpec.resources(),
 		GPUModel:     js.GPUModel,
 		MIGProfile:   js.MIG,

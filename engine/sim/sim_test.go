@@ -43,7 +43,20 @@ func run(t *testing.T, tr *sim.Trace, policy string) sim.Report {
 // get within 5% of their target share (relative: |achieved/target − 1| ≤
 // 0.05) with Jain's index above 0.98, under every fair-share algorithm.
 func TestAcceptanceShares(t *testing.T) {
-	tr := load(t, filepath.Join(tracesDir, "shares-1-2-5.json"))
+	checkAcceptance(t, "shares-1-2-5.json")
+}
+
+// TestAcceptanceSharesSmallJobs is the same criterion with jobs smaller
+// than every DRR quantum, ending one at a time, so almost every cycle has
+// one free slot (examples/traces/shares-small-jobs.json). Before the fix
+// DRR moved its round-robin pointer on after each cycle's single placement
+// although the account still had credit, and split 1:1:1 (33.3% each).
+func TestAcceptanceSharesSmallJobs(t *testing.T) {
+	checkAcceptance(t, "shares-small-jobs.json")
+}
+
+func checkAcceptance(t *testing.T, trace string) {
+	tr := load(t, filepath.Join(tracesDir, trace))
 	for _, alg := range sim.FairShareAlgorithms {
 		t.Run(alg, func(t *testing.T) {
 			t.Parallel()
@@ -154,6 +167,30 @@ func TestBackfillByHand(t *testing.T) {
 	}
 }
 
+// TestTimeLimitByHand checks that backfill plans a job by its time limit,
+// not its estimate, and that the simulator stops a job at its limit as the
+// adapter does (see testdata/timelimit.json): the reserved job b starts on
+// time although c underestimates its run time sixfold.
+func TestTimeLimitByHand(t *testing.T) {
+	r := run(t, load(t, "testdata/timelimit.json"), "")
+	if r.Makespan != 350 || r.Jobs.Finished != 4 || r.Jobs.Stopped != 1 {
+		t.Errorf("makespan %v, finished %d (stopped %d), want 350, 4 (1)", r.Makespan, r.Jobs.Finished, r.Jobs.Stopped)
+	}
+	if r.Engine.Placements != 4 || r.Engine.Backfilled != 1 {
+		t.Errorf("placements %d (backfilled %d), want 4 (1: d)", r.Engine.Placements, r.Engine.Backfilled)
+	}
+	// Waits: b 99 (not delayed by c); a 0, d 0 (backfilled), c 198.
+	wantWait := map[int]sim.WaitStats{
+		6: {Priority: 6, Jobs: 1, Mean: 99, P50: 99, P90: 99, P99: 99, Max: 99},
+		2: {Priority: 2, Jobs: 3, Mean: 198.0 / 3, P50: 0, P90: 198, P99: 198, Max: 198},
+	}
+	for _, w := range r.Waits {
+		if !near(w, wantWait[w.Priority]) {
+			t.Errorf("wait level %d = %+v, want %+v", w.Priority, w, wantWait[w.Priority])
+		}
+	}
+}
+
 // TestGPUByHand checks gangs, whole GPUs and MIG instances (see
 // testdata/gpu.json).
 func TestGPUByHand(t *testing.T) {
@@ -247,17 +284,22 @@ func roundFloats(t *testing.T, v any) any {
 	return walk(x)
 }
 
-// TestDeadlinesEDF: on the shipped deadline trace, ordering by deadline
-// (the default policy) misses fewer deadlines than the deadline-blind
+// TestDeadlineOrdering: on the shipped deadline trace, ordering by slack
+// (the default policy, least slack first) and by deadline (variant
+// earliest-deadline) each miss fewer deadlines than the deadline-blind
 // variant.
-func TestDeadlinesEDF(t *testing.T) {
+func TestDeadlineOrdering(t *testing.T) {
 	tr := load(t, filepath.Join(tracesDir, "deadlines.json"))
-	rs, err := sim.Compare(tr, []string{"priority", "deadline-blind", "reject-late"})
+	rs, err := sim.Compare(tr, []string{"priority", "deadline-blind", "reject-late", "earliest-deadline"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	aware, blind, reject := rs[0].Deadlines, rs[1].Deadlines, rs[2].Deadlines
-	t.Logf("missed: deadline-aware %d, deadline-blind %d, reject-late %d (dropped %d) of %d", aware.Missed, blind.Missed, reject.Missed, reject.Dropped, aware.Jobs)
+	aware, blind, reject, edf := rs[0].Deadlines, rs[1].Deadlines, rs[2].Deadlines, rs[3].Deadlines
+	t.Logf("missed: least slack %d, earliest deadline %d, deadline-blind %d, reject-late %d (dropped %d) of %d",
+		aware.Missed, edf.Missed, blind.Missed, reject.Missed, reject.Dropped, aware.Jobs)
+	if edf.Missed >= blind.Missed {
+		t.Errorf("earliest-deadline ordering missed %d, deadline-blind %d: want fewer", edf.Missed, blind.Missed)
+	}
 	if aware.Jobs < 100 || aware.Missed == 0 {
 		t.Errorf("the trace should have many deadline jobs and some misses: %+v", aware)
 	}
@@ -277,8 +319,8 @@ func TestShippedTraces(t *testing.T) {
 		t.Fatalf("want at least 3 shipped traces, found %v", paths)
 	}
 	for _, p := range paths {
-		if strings.HasSuffix(p, "shares-1-2-5.json") {
-			continue // TestAcceptanceShares
+		if strings.Contains(p, "shares-") {
+			continue // TestAcceptanceShares*
 		}
 		tr := load(t, p)
 		r := run(t, tr, "")

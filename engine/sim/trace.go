@@ -69,6 +69,7 @@ type PolicySpec struct {
 	Band            float64            `json:"band,omitempty"`
 	DeadlineHorizon float64            `json:"deadline_horizon,omitempty"` // seconds
 	DeadlineAction  string             `json:"deadline_action,omitempty"`  // run (default), reject
+	DeadlineOrder   string             `json:"deadline_order,omitempty"`   // least-slack (default), earliest-deadline
 	HalfLife        float64            `json:"half_life,omitempty"`        // seconds
 	Billing         map[string]float64 `json:"billing,omitempty"`          // price per trace unit per second, by dimension name; replaces the whole default list
 	MIGSlices       int                `json:"mig_slices,omitempty"`
@@ -195,6 +196,10 @@ type JobSpec struct {
 	// 0 = unknown (the policy's default duration for planning).
 	Estimate *float64 `json:"estimate,omitempty"`
 	Deadline float64  `json:"deadline,omitempty"` // trace seconds; 0 = none
+	// TimeLimit stops the job this many seconds after it starts if it is
+	// still running (as the adapter does); 0 = none. The engine is told it
+	// (engine.Job.TimeLimit) and backfill plans with it.
+	TimeLimit float64 `json:"time_limit,omitempty"`
 }
 
 // GenSpec generates jobs. With Backlog 0 it is an open workload: Count jobs
@@ -220,6 +225,10 @@ type GenSpec struct {
 	// NoEstimate is the fraction of jobs submitted with an unknown duration.
 	NoEstimate float64      `json:"no_estimate,omitempty"`
 	Deadline   *DeadlineGen `json:"deadline,omitempty"`
+	// TimeLimit gives every job a time limit of its estimate (its actual
+	// duration when the estimate is unknown) × uniform(lo, hi); none when
+	// omitted.
+	TimeLimit *Range `json:"time_limit,omitempty"`
 	// Shapes are the job shapes (resources, GPU model, MIG profile, gang,
 	// selector …; ID, arrival, account, duration and deadline are ignored),
 	// drawn by Weight.
@@ -335,7 +344,8 @@ func strictUnmarshal(data []byte, v any) error {
 // ReadJobsCSV reads jobs from CSV whose header names JobSpec fields:
 // id, arrival, account, priority, cpu, memory, gpus, gpu_memory, network,
 // nvme, ssd, hdd, gpu_model, mig, storage_tier, selector (k=v;k=v), numa,
-// strategy, gang, duration, estimate (empty = duration), deadline.
+// strategy, gang, duration, estimate (empty = duration), deadline,
+// time_limit.
 func ReadJobsCSV(r io.Reader) ([]JobSpec, error) {
 	cr := csv.NewReader(r)
 	cr.Comment = '#'
@@ -432,6 +442,8 @@ func setCSVField(j *JobSpec, name, v string) error {
 		j.Estimate = &e
 	case "deadline":
 		j.Deadline, err = f()
+	case "time_limit":
+		j.TimeLimit, err = f()
 	default:
 		return fmt.Errorf("unknown column")
 	}
@@ -545,6 +557,9 @@ func (j *JobSpec) validate() error {
 	if j.Estimate != nil && *j.Estimate < 0 {
 		return errors.New("negative estimate")
 	}
+	if j.TimeLimit < 0 {
+		return errors.New("negative time limit")
+	}
 	return j.validateShape()
 }
 
@@ -602,6 +617,9 @@ func (g *GenSpec) validate() error {
 	default:
 		return fmt.Errorf("duration: unknown dist %q", g.Duration.Dist)
 	}
+	if g.TimeLimit != nil && g.TimeLimit.Lo <= 0 {
+		return errors.New("time limit factor must be > 0")
+	}
 	if g.Estimate != nil && g.Estimate.Lo < 0 {
 		return errors.New("negative estimate factor")
 	}
@@ -632,6 +650,11 @@ func (p *PolicySpec) validate() error {
 	case "", engine.DeadlineRun, engine.DeadlineReject:
 	default:
 		return fmt.Errorf("unknown deadline_action %q", p.DeadlineAction)
+	}
+	switch engine.DeadlineOrder(p.DeadlineOrder) {
+	case "", engine.LeastSlackFirst, engine.EarliestDeadlineFirst:
+	default:
+		return fmt.Errorf("unknown deadline_order %q", p.DeadlineOrder)
 	}
 	for k := range p.Billing {
 		if dimIndex(k) < 0 {
@@ -671,6 +694,7 @@ func (p *PolicySpec) engine() engine.Policy {
 		Band:            p.Band,
 		DeadlineHorizon: secs(p.DeadlineHorizon),
 		DeadlineAction:  engine.DeadlineAction(p.DeadlineAction),
+		DeadlineOrder:   engine.DeadlineOrder(p.DeadlineOrder),
 		FairShareMode:   engine.FairShareMode(p.FairShareMode),
 		HalfLife:        secs(p.HalfLife),
 		MIGSlices:       p.MIGSlices,

@@ -16,19 +16,22 @@ import (
 func TestParseErrors(t *testing.T) {
 	base := `"nodes": [{"name": "n", "cpu": 4, "memory": 8}], "jobs": [{"cpu": 1, "duration": 10}]`
 	for name, tc := range map[string]struct{ doc, want string }{
-		"unknown field":     {`{` + base + `, "nodez": 1}`, "unknown field"},
-		"bad selection":     {`{` + base + `, "policy": {"selection": "fifo"}}`, "unknown selection"},
-		"bad strategy":      {`{` + base + `, "policy": {"strategy": "random"}}`, "unknown strategy"},
-		"bad billing dim":   {`{` + base + `, "policy": {"billing": {"cpus": 1}}}`, "unknown dimension"},
-		"no nodes":          {`{"jobs": [{"duration": 1}]}`, "no nodes"},
-		"no jobs":           {`{"nodes": [{"name": "n", "cpu": 1}]}`, "no jobs"},
-		"zero duration":     {`{"nodes": [{"name": "n", "cpu": 1}], "jobs": [{"cpu": 1}]}`, "duration"},
-		"priority range":    {`{"nodes": [{"name": "n", "cpu": 1}], "jobs": [{"priority": 10, "duration": 1}]}`, "priority"},
-		"variant shadows":   {`{` + base + `, "variants": {"drf": {}}}`, "shadows"},
-		"bad variant":       {`{` + base + `, "variants": {"x": {"selection": "nope"}}}`, "unknown selection"},
-		"events off":        {`{` + base + `, "cycle": {"on_events": false}}`, "interval"},
-		"gen without shape": {`{"nodes": [{"name": "n", "cpu": 1}], "generate": [{"accounts": ["a"], "count": 1, "duration": {"mean": 1}}]}`, "no shapes"},
-		"bad range":         {`{"nodes": [{"name": "n", "cpu": 1}], "generate": [{"accounts": ["a"], "count": 1, "priority": [5, 2], "duration": {"mean": 1}, "shapes": [{}]}]}`, "lo, hi"},
+		"unknown field":      {`{` + base + `, "nodez": 1}`, "unknown field"},
+		"bad selection":      {`{` + base + `, "policy": {"selection": "fifo"}}`, "unknown selection"},
+		"bad strategy":       {`{` + base + `, "policy": {"strategy": "random"}}`, "unknown strategy"},
+		"bad billing dim":    {`{` + base + `, "policy": {"billing": {"cpus": 1}}}`, "unknown dimension"},
+		"no nodes":           {`{"jobs": [{"duration": 1}]}`, "no nodes"},
+		"no jobs":            {`{"nodes": [{"name": "n", "cpu": 1}]}`, "no jobs"},
+		"zero duration":      {`{"nodes": [{"name": "n", "cpu": 1}], "jobs": [{"cpu": 1}]}`, "duration"},
+		"priority range":     {`{"nodes": [{"name": "n", "cpu": 1}], "jobs": [{"priority": 10, "duration": 1}]}`, "priority"},
+		"variant shadows":    {`{` + base + `, "variants": {"drf": {}}}`, "shadows"},
+		"bad variant":        {`{` + base + `, "variants": {"x": {"selection": "nope"}}}`, "unknown selection"},
+		"events off":         {`{` + base + `, "cycle": {"on_events": false}}`, "interval"},
+		"gen without shape":  {`{"nodes": [{"name": "n", "cpu": 1}], "generate": [{"accounts": ["a"], "count": 1, "duration": {"mean": 1}}]}`, "no shapes"},
+		"negative limit":     {`{"nodes": [{"name": "n", "cpu": 1}], "jobs": [{"duration": 1, "time_limit": -1}]}`, "time limit"},
+		"bad limit factor":   {`{"nodes": [{"name": "n", "cpu": 1}], "generate": [{"accounts": ["a"], "count": 1, "time_limit": [0, 2], "duration": {"mean": 1}, "shapes": [{}]}]}`, "time limit"},
+		"bad deadline order": {`{` + base + `, "policy": {"deadline_order": "edf"}}`, "deadline_order"},
+		"bad range":          {`{"nodes": [{"name": "n", "cpu": 1}], "generate": [{"accounts": ["a"], "count": 1, "priority": [5, 2], "duration": {"mean": 1}, "shapes": [{}]}]}`, "lo, hi"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			tr, err := sim.Parse([]byte(tc.doc))
@@ -73,6 +76,26 @@ func TestCSVJobs(t *testing.T) {
 	wj, _ := json.Marshal(want)
 	if !bytes.Equal(gj, wj) {
 		t.Errorf("CSV trace report differs from the JSON one:\n%s\n%s", gj, wj)
+	}
+	// time_limit and estimate columns: the hand-checked time-limit trace.
+	csv = "id,arrival,account,priority,cpu,memory,duration,estimate,time_limit\n" +
+		"a,0,x,2,2,1,100,,\n" +
+		"b,1,y,6,4,1,100,,\n" +
+		"c,2,x,2,2,1,300,50,150\n" +
+		"d,3,y,2,2,1,60,50,90\n"
+	trace = strings.Replace(trace, `"backfill"`, `"timelimit"`, 1)
+	if err := os.WriteFile(filepath.Join(dir, "jobs.csv"), []byte(csv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "t.json"), []byte(trace), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got = run(t, load(t, filepath.Join(dir, "t.json")), "").WithoutTimings()
+	want = run(t, load(t, "testdata/timelimit.json"), "").WithoutTimings()
+	gj, _ = json.Marshal(got)
+	wj, _ = json.Marshal(want)
+	if !bytes.Equal(gj, wj) {
+		t.Errorf("CSV time-limit trace report differs from the JSON one:\n%s\n%s", gj, wj)
 	}
 	bad := "id,arrival,bogus\nx,0,1\n"
 	if _, err := sim.ReadJobsCSV(strings.NewReader(bad)); err == nil {
@@ -174,5 +197,20 @@ func TestReadmeExample(t *testing.T) {
 	}
 	if _, err := sim.Run(tr, ""); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A generator's time_limit is a multiple of each job's estimate; a job
+// still running at its limit is stopped then.
+func TestGeneratedTimeLimit(t *testing.T) {
+	doc := `{"nodes": [{"name": "n", "cpu": 2, "memory": 8}], "generate": [{"accounts": ["a"], "count": 6,
+		"duration": {"dist": "fixed", "mean": 100}, "estimate": 1, "time_limit": [0.5, 0.5], "shapes": [{"cpu": 1}]}]}`
+	tr, err := sim.Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, tr, "")
+	if r.Jobs.Finished != 6 || r.Jobs.Stopped != 6 || r.Makespan != 150 {
+		t.Errorf("finished %d, stopped %d, makespan %v; want 6, 6, 150 (three rounds of 50 s)", r.Jobs.Finished, r.Jobs.Stopped, r.Makespan)
 	}
 }
