@@ -43,6 +43,12 @@ type Task struct {
 	// Dir is the working directory, an absolute path; empty means a
 	// provider-chosen per-task directory.
 	Dir string
+	// User is the account the task runs as on the backend: a user name or
+	// a numeric user ID, resolved there (the local provider uses the
+	// machine's user database). Empty means the provider's default; a
+	// provider refuses a task it would have to run as root unless its
+	// operator allowed that, and a task user it cannot switch to.
+	User string
 	// Resources is what the placement reserved for the task.
 	Resources Resources
 	// Timeout bounds the run time from Start; zero means none. A task that
@@ -121,4 +127,14 @@ type Status struct {
 	// provider's namespace (a local path for the local provider).
 	StdoutPath string `json:"stdout_path,omitempty"`
 	StderrPath string `json:"stderr_path,omitempty"`
+	// StdoutDropped and StderrDropped count the bytes of output the task
+	// wrote past the provider's cap on each stream, which were discarded:
+	// the file at StdoutPath (StderrPath) then holds exactly the first
+	// cap bytes. Set once the task has ended; zero while it runs.
+	StdoutDropped int64 `json:"stdout_dropped,omitempty"`
+	StderrDropped int64 `json:"stderr_dropped,omitempty"`
 }
+
+// OutputTruncated reports whether some of the task's output was dropped
+// for going past the provider's cap.
+func (s Status) OutputTruncated() bool { return s.StdoutDropped > 0 || s.StderrDropped > 0 }

@@ -21,13 +21,38 @@ type Config struct {
 	// provider in one adapter its own name.
 	Name string
 	// WorkDir holds one directory per task, <WorkDir>/<task id>. Required;
-	// created if missing. The provider never removes task directories:
-	// retention is the adapter's job.
+	// created if missing. A provider running as root sets its mode to 0711,
+	// so that tasks running as other users can reach their own directories
+	// but not list anyone's; every directory above it must be searchable
+	// by the task users too, or Start says which one is not. Otherwise it
+	// is created with mode 0700. Task directories are removed only by
+	// Prune, which the adapter calls with its retention.
 	WorkDir string
 	// Env is the environment every task starts from, before Task.Env. Nil
 	// means empty: this package never reads the adapter's own environment,
-	// so the adapter passes PATH, HOME, LANG and the like explicitly.
+	// so the adapter passes PATH, LANG and the like explicitly. HOME, USER
+	// and LOGNAME here are overridden (HOME is the task's work directory,
+	// USER and LOGNAME its user); Task.Env may still set them.
 	Env map[string]string
+	// User is the account tasks run as when Task.User is empty: a user
+	// name or numeric uid in the machine's user database. When this
+	// process runs as root, each task's process switches to its user (uid,
+	// primary gid and the user's groups); a provider not running as root
+	// can only run tasks as its own user and refuses any other. Empty
+	// means no default.
+	User string
+	// AllowRoot lets tasks run as root: a task naming no user (nor a
+	// default User) on a provider running as root, or naming a user whose
+	// uid is 0. Without it such a Start fails with providers.ErrInvalidTask.
+	AllowRoot bool
+	// Limits are the resource limits every task starts with; see Limits
+	// for the defaults.
+	Limits Limits
+	// MaxOutputBytes caps each of a task's stdout and stderr files
+	// (default DefaultMaxOutputBytes, 64 MiB): output past it is read and
+	// discarded, and Status.StdoutDropped or StderrDropped counts it; the
+	// task is not disturbed. Negative means no cap.
+	MaxOutputBytes int64
 	// Logger gets debug lines when tasks start and end, and the warnings
 	// nobody can return to (default: discard).
 	Logger *slog.Logger
@@ -67,7 +92,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, fmt.Errorf("local: config: WorkDir: %w", err)
 	}
 	cfg.WorkDir = dir
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := makeWorkDir(dir); err != nil {
 		return cfg, fmt.Errorf("local: config: %w", err)
 	}
 	cfg.Env = maps.Clone(cfg.Env)
@@ -86,6 +111,14 @@ func (cfg Config) withDefaults() (Config, error) {
 	case cfg.KillGrace == 0:
 		cfg.KillGrace = 5 * time.Second
 	}
+	cfg.Limits = cfg.Limits.withDefaults()
+	if cfg.Limits.OpenFiles < minOpenFiles {
+		// The supervisor lives under them too, and needs a few of its own.
+		return cfg, fmt.Errorf("local: config: Limits.OpenFiles %d is below %d", cfg.Limits.OpenFiles, minOpenFiles)
+	}
+	if cfg.MaxOutputBytes == 0 {
+		cfg.MaxOutputBytes = DefaultMaxOutputBytes
+	}
 	if cfg.MaxConcurrent < 0 {
 		return cfg, fmt.Errorf("local: config: negative MaxConcurrent %d", cfg.MaxConcurrent)
 	}
@@ -102,6 +135,26 @@ func (cfg Config) withDefaults() (Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// makeWorkDir creates the work directory if needed. A root provider runs
+// tasks as other users, who must be able to pass through it to their own
+// task directories, but neither list nor write it.
+func makeWorkDir(dir string) error {
+	if os.Geteuid() != 0 {
+		return os.MkdirAll(dir, 0o700)
+	}
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm() != 0o711 {
+		return os.Chmod(dir, 0o711)
+	}
+	return nil
 }
 
 type wallClock struct{}

@@ -59,7 +59,10 @@ func newDirectProvider(t *testing.T, cfg Config) *Provider {
 func newProvider(t *testing.T, cfg Config) *Provider {
 	t.Helper()
 	if cfg.WorkDir == "" {
-		cfg.WorkDir = t.TempDir()
+		cfg.WorkDir = workDir(t)
+	}
+	if os.Geteuid() == 0 && cfg.User == "" && !cfg.AllowRoot {
+		cfg.User = testUser
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -78,9 +81,13 @@ func newProvider(t *testing.T, cfg Config) *Provider {
 	return p
 }
 
-// testBinary is the absolute path of this test binary.
+// testBinary is the absolute path of the test binary tasks and
+// supervisors run (testExe, or this binary in a child process).
 func testBinary(t testing.TB) string {
 	t.Helper()
+	if testExe != "" {
+		return testExe
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

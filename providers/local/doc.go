@@ -3,12 +3,76 @@
 //
 // Each task gets its own process group (so a stop reaches every process it
 // spawned) and a directory <WorkDir>/<task id> holding stdout, stderr,
-// payload, and small JSON records: state (the task's pid, process start
-// time and boot ID, and its supervisor's pid and start time, written when
-// it starts), exit (the outcome), and stop (a stop request, for the
-// supervisor). Resources are not enforced yet (cgroups are roadmap item 5);
-// GPU IDs are exported as CUDA_VISIBLE_DEVICES. Discover sizes the local
-// node.
+// payload, work (the task's own directory), and small JSON records: state
+// (the task's pid, process start time and boot ID, and its supervisor's
+// pid and start time, written when it starts), exit (the outcome, with
+// any output dropped past the cap), and stop (a stop request, for the
+// supervisor). CPU and memory are not enforced yet (cgroups are roadmap
+// item 5); GPU IDs are exported as CUDA_VISIBLE_DEVICES. Discover sizes
+// the local node; Prune removes the directories of tasks that ended
+// before a cutoff (the adapter's retention).
+//
+// # Who a task runs as, and what it can reach
+//
+// A task runs as Task.User, else Config.User: a user name or numeric uid
+// from the machine's user database. A provider running as root starts the
+// task's process with that user's uid, primary gid and groups (its
+// supervisor stays root); it refuses a task that would run as root (no
+// user named, or one with uid 0) unless Config.AllowRoot is set. A
+// provider not running as root runs every task as its own user, and
+// refuses a task naming any other. Unknown users and refusals are
+// providers.ErrInvalidTask.
+//
+// A task's environment is only Config.Env, then HOME (the task's work
+// directory), USER and LOGNAME (its user's name), then Task.Env (which may
+// set those three), then CUDA_VISIBLE_DEVICES and COMPUTEBOARD_PAYLOAD,
+// which the provider sets last. Nothing is inherited from the adapter's
+// own environment, and the supervisor runs with an empty one. Running as
+// another user, a task cannot read the adapter's /proc/<pid>/environ,
+// memory or files.
+//
+// Permissions, for a root provider running tasks as other users: WorkDir
+// is 0711 (users pass through, nobody lists it); a task directory is
+// 0711 and root's, and so are the records, stdout and stderr in it (0600),
+// so a task can neither read another's output nor replace its own records
+// or output files (with a link to a secret, say); the work directory
+// (0700, the default working directory and HOME) and payload (0600) belong
+// to the task's user. Tasks that share a user can reach each other's work
+// directories and payloads: give accounts distinct users where that
+// matters. A provider not running as root makes the same tree, all its
+// own and 0700.
+//
+// # Resource limits and output caps
+//
+// Every task starts with the resource limits in Config.Limits, as both
+// soft and hard limit (so it cannot raise them), never above the
+// provider's own hard limit:
+//
+//   - RLIMIT_NOFILE, open descriptors per process: Limits.OpenFiles,
+//     default 4096;
+//   - RLIMIT_NPROC, processes and threads: Limits.Processes, default 4096;
+//     the kernel counts it per real uid over the whole machine (every task
+//     sharing the user), and ignores it for root;
+//   - RLIMIT_CORE, core dump size: Limits.CoreBytes, default 0 (none).
+//
+// A supervisor sets them on itself right before it starts the task (it
+// exists for that task alone), so the task runs under them from its first
+// instruction. Watched in-process, they are set on the task with prlimit
+// right after it starts, which leaves it a moment under the provider's own
+// limits; a root provider without CAP_SYS_RESOURCE (as in most containers)
+// cannot set them on another user's process at all, and then logs a
+// warning and leaves the task under its own limits. Use a supervisor.
+//
+// Stdout and stderr are each capped at Config.MaxOutputBytes (default 64
+// MiB). The task writes to pipes, which the supervisor (or, in-process,
+// the provider) copies into the files up to the cap, then reads and
+// discards, so the task neither blocks nor is disturbed; the exit record
+// and Status count the dropped bytes (StdoutDropped, StderrDropped,
+// OutputTruncated). Because the supervisor holds the cap, it holds while
+// no adapter runs; if the supervisor itself is killed, what the task
+// writes afterwards is lost (its writes fail with EPIPE). A cap on files
+// (RLIMIT_FSIZE) would cap every file the task writes and kill it with
+// SIGXFSZ, so it is not used.
 //
 // # Supervisors: outcomes that survive the adapter
 //
@@ -47,12 +111,14 @@
 //
 // The protocol: the provider starts "SupervisorPath __supervise <task
 // dir>" with an empty environment, the task's stdout and stderr files as
-// its own, the task's spec (argv, environment, working directory, timeout,
-// grace; JSON, never a shell string, never on disk) on descriptor 3, and a
-// status pipe on descriptor 4. The supervisor starts the task, writes the
-// state record, reports the task's pid ("ready"), and once the task and
-// every other process of its group have ended, publishes the exit record
-// and sends it down the status pipe too. Start returns after "ready". To
+// its own, the task's spec (argv, environment, working directory, user,
+// resource limits, output cap, timeout, grace; JSON, never a shell
+// string, never on disk) on descriptor 3, and a status pipe on descriptor
+// 4. The supervisor sets the limits on itself, starts the task as its
+// user with pipes for stdout and stderr, writes the state record, reports
+// the task's pid ("ready"), copies the output into the files up to the
+// cap, and once the task and every other process of its group have ended,
+// publishes the exit record and sends it down the status pipe too. Start returns after "ready". To
 // stop a task, any adapter publishes the stop record (its cause) and sends
 // the supervisor SIGTERM; a SIGTERM without a stop record (an operator, a
 // shutdown) stops the task too, with a vaguer cause.

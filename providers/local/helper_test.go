@@ -1,13 +1,17 @@
 package local
 
 import (
+	"bytes"
 	"context"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -33,6 +37,9 @@ const diesAfterStartSupervisor = "dies-after-start-supervisor"
 // dispatched on SupervisorCommand exactly as SupervisorMain's doc tells an
 // adapter to do it.
 func TestMain(m *testing.M) {
+	if filepath.Base(os.Args[0]) == stuckSupervisor || (len(os.Args) > 1 && os.Args[1] == SupervisorCommand) || os.Getenv(helperEnv) == "1" {
+		setCoverDir()
+	}
 	if filepath.Base(os.Args[0]) == stuckSupervisor {
 		// A misconfigured SupervisorPath that never answers, nor exits on
 		// SIGTERM.
@@ -53,7 +60,114 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
 		os.Exit(helperMain(os.Args[1:]))
 	}
-	os.Exit(m.Run())
+	os.Exit(runTests(m))
+}
+
+// testExe is the test binary that tasks and supervisors run: a copy of
+// this one, made by runTests, in a directory every user can read, because
+// go test builds in a directory only its own user can enter and tasks of
+// a root provider run as testUser.
+var testExe string
+
+// testUser is the user a root test provider runs its tasks as, unless a
+// test names another.
+const testUser = "nobody"
+
+// coverDirsFile, next to testExe, lists where a child may write coverage
+// data: the run's own coverage directory (so that supervisors count), then
+// a scratch directory for children that cannot write there (tasks running
+// as testUser), whose data is thrown away. Without it a -cover build
+// prints "GOCOVERDIR not set" into every task's stderr.
+const coverDirsFile = "gocoverdirs"
+
+// runTests makes testExe, runs the tests and removes it.
+func runTests(m *testing.M) int {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "computeboard-local-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if err := makeTestExe(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "making the test binary copy:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+func makeTestExe(dir string) error {
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	in, err := os.Open(self)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	exe := filepath.Join(dir, "local.test")
+	out, err := os.OpenFile(exe, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	testExe = exe
+	if f := flag.Lookup("test.gocoverdir"); f != nil && f.Value.String() != "" {
+		scratch := filepath.Join(dir, "cover-scratch")
+		if err := os.Mkdir(scratch, 0o700); err != nil {
+			return err
+		}
+		if err := os.Chmod(scratch, 0o1777); err != nil {
+			return err
+		}
+		dirs := f.Value.String() + "\n" + scratch + "\n"
+		return os.WriteFile(filepath.Join(dir, coverDirsFile), []byte(dirs), 0o644)
+	}
+	return nil
+}
+
+// setCoverDir points a child of a -cover test run (a supervisor, a task)
+// at the first coverage directory in coverDirsFile it can write to.
+func setCoverDir() {
+	if os.Getenv("GOCOVERDIR") != "" {
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return
+	}
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(exe), coverDirsFile))
+	if err != nil {
+		return // not a -cover run
+	}
+	for d := range strings.Lines(string(b)) {
+		d = strings.TrimSpace(d)
+		if d != "" && syscall.Access(d, 0o2|0o1) == nil { // W_OK|X_OK, for the real uid
+			os.Setenv("GOCOVERDIR", d)
+			return
+		}
+	}
+}
+
+// workDir is t.TempDir, made reachable by every user (t.TempDir's parent
+// is private to root), for work directories of tasks that run as testUser.
+func workDir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // helperMain runs one helper program:
@@ -64,6 +178,18 @@ func TestMain(m *testing.M) {
 //	sleep            sleep until killed
 //	stubborn-sleep   ignore SIGTERM, then sleep until killed
 //	env NAME         write $NAME to stdout
+//	ids              write the process's uid, euid, gid, egid and
+//	                 supplementary groups to stdout
+//	cat F            write file F to stdout; exit 1 if it cannot be read
+//	create F         create file F; exit 1 if it cannot
+//	rename F G       create file F, then rename it to G; exit 1 if the
+//	                 rename fails (2 if the create does)
+//	ls D             read directory D; exit 1 if it cannot
+//	spew N M         write N bytes to stdout and M bytes to stderr
+//	spew-when F N M  wait until file F exists, then spew N M
+//	limits           write the soft and hard RLIMIT_NOFILE, RLIMIT_NPROC
+//	                 and RLIMIT_CORE to stdout, one "name soft hard" line
+//	                 each
 //	pwd              write the working directory to stdout
 //	payload          write the payload file to stdout
 //	family MODE      start a grandchild (same process group) that sleeps,
@@ -75,7 +201,8 @@ func TestMain(m *testing.M) {
 //	adapter DIR ID TIMEOUT ARGV...
 //	                 play an adapter: start task ID (ARGV, with this
 //	                 helper switch in its env) on a supervised provider on
-//	                 work dir DIR, write the task ID and a newline to
+//	                 work dir DIR, output capped at
+//	                 doomedAdapterMaxOutput, write the task ID and a newline to
 //	                 stdout once Start has returned, then sleep until
 //	                 killed
 func helperMain(args []string) int {
@@ -105,6 +232,56 @@ func helperMain(args []string) int {
 		sleepForever()
 	case "env":
 		fmt.Print(os.Getenv(arg(1)))
+	case "ids":
+		groups, _ := os.Getgroups()
+		fmt.Printf("uid %d euid %d gid %d egid %d groups %v", os.Getuid(), os.Geteuid(), os.Getgid(), os.Getegid(), groups)
+	case "cat":
+		b, err := os.ReadFile(arg(1))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		os.Stdout.Write(b)
+	case "spew", "spew-when":
+		if args[0] == "spew-when" {
+			waitFile(arg(1))
+			args = args[1:]
+		}
+		for i, f := range []*os.File{os.Stdout, os.Stderr} {
+			n, _ := strconv.Atoi(arg(1 + i))
+			f.Write(bytes.Repeat([]byte{"oe"[i]}, n))
+		}
+	case "limits":
+		for _, l := range []struct {
+			name     string
+			resource int
+		}{{"nofile", rlimitNOFILE}, {"nproc", rlimitNPROC}, {"core", rlimitCORE}} {
+			var lim syscall.Rlimit
+			if err := syscall.Getrlimit(l.resource, &lim); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			fmt.Printf("%s %d %d\n", l.name, lim.Cur, lim.Max)
+		}
+	case "create":
+		if err := os.WriteFile(arg(1), nil, 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	case "rename":
+		if err := os.WriteFile(arg(1), nil, 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		if err := os.Rename(arg(1), arg(2)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	case "ls":
+		if _, err := os.ReadDir(arg(1)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 	case "pwd":
 		wd, _ := os.Getwd()
 		fmt.Print(wd)
@@ -135,14 +312,11 @@ func helperMain(args []string) int {
 		sleepForever()
 	case "exit-when":
 		fmt.Println("ran")
-		for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline); {
-			if _, err := os.Stat(arg(1)); err == nil {
-				n, _ := strconv.Atoi(arg(2))
-				return n
-			}
-			time.Sleep(10 * time.Millisecond)
+		if !waitFile(arg(1)) {
+			return 99
 		}
-		return 99
+		n, _ := strconv.Atoi(arg(2))
+		return n
 	case "adapter":
 		timeout, err := time.ParseDuration(arg(3))
 		if err != nil || len(args) < 5 {
@@ -150,7 +324,11 @@ func helperMain(args []string) int {
 			return 2
 		}
 		exe, _ := os.Executable()
-		p, err := New(Config{WorkDir: arg(1), SupervisorPath: exe})
+		cfg := Config{WorkDir: arg(1), SupervisorPath: exe, MaxOutputBytes: doomedAdapterMaxOutput}
+		if os.Geteuid() == 0 {
+			cfg.User = testUser
+		}
+		p, err := New(cfg)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
@@ -171,6 +349,21 @@ func helperMain(args []string) int {
 	return 0
 }
 
+// waitFile waits until file name exists, for up to ten minutes.
+func waitFile(name string) bool {
+	for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline); {
+		if _, err := os.Stat(name); err == nil {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+// doomedAdapterMaxOutput is the output cap of the "adapter" helper's
+// provider.
+const doomedAdapterMaxOutput = 1000
+
 // sleepForever sleeps long enough for any test, but not forever, so a
 // crashed test run cannot leave helpers behind for long.
 func sleepForever() { time.Sleep(10 * time.Minute) }
@@ -178,11 +371,7 @@ func sleepForever() { time.Sleep(10 * time.Minute) }
 // helper returns argv that runs helper program args.
 func helper(t testing.TB, args ...string) []string {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return append([]string{exe}, args...)
+	return append([]string{testBinary(t)}, args...)
 }
 
 // helperTask returns a task that runs helper program args.

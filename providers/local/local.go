@@ -44,6 +44,10 @@ type Provider struct {
 	max     int
 	// supervisor is Config.SupervisorPath: "" to watch tasks in-process.
 	supervisor string
+	user       string   // Config.User
+	allowRoot  bool     // Config.AllowRoot
+	limits     []rlimit // Config.Limits
+	maxOutput  int64    // Config.MaxOutputBytes; negative: no cap
 
 	// wg counts waiter goroutines, one per started task (see wait). It is
 	// incremented in reserve, under mu, so Close never races an Add.
@@ -53,9 +57,12 @@ type Provider struct {
 	// tasks holds the tasks this instance started whose exit record is not
 	// yet on disk; once it is, Poll and Stop read the disk like a restarted
 	// adapter would. Guarded by mu.
-	tasks   map[string]*task
-	running int  // started and not yet reaped, for MaxConcurrent; guarded by mu
-	closed  bool // set by Close; guarded by mu
+	tasks map[string]*task
+	// starting holds the IDs of tasks between reserve and the end of
+	// launch, whose directories Prune must not touch. Guarded by mu.
+	starting map[string]bool
+	running  int  // started and not yet reaped, for MaxConcurrent; guarded by mu
+	closed   bool // set by Close; guarded by mu
 }
 
 // New returns a Provider for cfg, creating cfg.WorkDir if needed.
@@ -64,7 +71,7 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{
+	p := &Provider{
 		name:    cfg.Name,
 		workDir: cfg.WorkDir,
 		env:     cfg.Env,
@@ -74,8 +81,20 @@ func New(cfg Config) (*Provider, error) {
 		max:     cfg.MaxConcurrent,
 		tasks:   make(map[string]*task),
 
+		starting:   make(map[string]bool),
 		supervisor: cfg.SupervisorPath,
-	}, nil
+		user:       cfg.User,
+		allowRoot:  cfg.AllowRoot,
+		limits:     cfg.Limits.list(),
+		maxOutput:  cfg.MaxOutputBytes,
+	}
+	if cfg.User != "" {
+		// Every task without a user of its own runs as this one.
+		if _, err := p.account(""); err != nil {
+			return nil, fmt.Errorf("local: config: User: %w", err)
+		}
+	}
+	return p, nil
 }
 
 // Start launches t as a process in its own process group (a child of this
@@ -88,15 +107,20 @@ func (p *Provider) Start(ctx context.Context, t providers.Task) (providers.Handl
 	if err := ctx.Err(); err != nil {
 		return providers.Handle{}, fmt.Errorf("local: start %s: %w", t.ID, err)
 	}
-	if err := p.reserve(); err != nil {
+	acct, err := p.account(t.User)
+	if err != nil {
 		return providers.Handle{}, fmt.Errorf("local: start %s: %w", t.ID, err)
 	}
-	tk, err := p.launch(ctx, t)
+	if err := p.reserve(t.ID); err != nil {
+		return providers.Handle{}, fmt.Errorf("local: start %s: %w", t.ID, err)
+	}
+	tk, err := p.launch(ctx, t, acct)
 	if err != nil {
-		p.unreserve()
+		p.unreserve(t.ID)
 		return providers.Handle{}, fmt.Errorf("local: start %s: %w", t.ID, err)
 	}
 	p.mu.Lock()
+	delete(p.starting, t.ID)
 	p.tasks[t.ID] = tk
 	closed := p.closed
 	p.mu.Unlock()
@@ -115,8 +139,9 @@ func (p *Provider) Start(ctx context.Context, t providers.Task) (providers.Handl
 	return providers.Handle{Provider: p.name, ID: t.ID}, nil
 }
 
-// reserve claims a running slot and a waiter count.
-func (p *Provider) reserve() error {
+// reserve claims a running slot and a waiter count, and marks task id as
+// starting (so Prune leaves its directory alone).
+func (p *Provider) reserve(id string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
@@ -127,13 +152,15 @@ func (p *Provider) reserve() error {
 	}
 	p.running++
 	p.wg.Add(1)
+	p.starting[id] = true
 	return nil
 }
 
 // unreserve returns what reserve claimed, for a task that never started.
-func (p *Provider) unreserve() {
+func (p *Provider) unreserve(id string) {
 	p.mu.Lock()
 	p.running--
+	delete(p.starting, id)
 	p.mu.Unlock()
 	p.wg.Done()
 }
@@ -448,11 +475,19 @@ func checkEnv(env map[string]string) error {
 	return nil
 }
 
-// environ builds the child's environment: the base, then the task's, then
-// what the provider itself sets.
-func (p *Provider) environ(t providers.Task, payload string) []string {
-	m := make(map[string]string, len(p.env)+len(t.Env)+2)
+// environ builds the child's environment: the base; then HOME (the task's
+// work directory), USER and LOGNAME (its user), which replace the
+// adapter's own that the base may carry; then the task's; then what the
+// provider itself sets. Nothing comes from this process's environment.
+func (p *Provider) environ(t providers.Task, payload, home string, acct account) []string {
+	m := make(map[string]string, len(p.env)+len(t.Env)+5)
 	maps.Copy(m, p.env)
+	m["HOME"] = home
+	delete(m, "USER")
+	delete(m, "LOGNAME")
+	if acct.name != "" {
+		m["USER"], m["LOGNAME"] = acct.name, acct.name
+	}
 	maps.Copy(m, t.Env)
 	if len(t.Resources.GPUs) > 0 {
 		m["CUDA_VISIBLE_DEVICES"] = strings.Join(t.Resources.GPUs, ",")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,14 +21,17 @@ import (
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	tests := map[string]Config{
-		"no work dir":               {},
-		"negative kill grace":       {WorkDir: t.TempDir(), KillGrace: -time.Second},
-		"negative max":              {WorkDir: t.TempDir(), MaxConcurrent: -1},
-		"bad env name":              {WorkDir: t.TempDir(), Env: map[string]string{"A=B": "c"}},
-		"work dir is not a dir":     {WorkDir: filepath.Join(writeFile(t, "file", ""), "sub")},
-		"relative supervisor":       {WorkDir: t.TempDir(), SupervisorPath: "adapter"},
-		"missing supervisor":        {WorkDir: t.TempDir(), SupervisorPath: "/nonexistent/adapter"},
-		"supervisor not executable": {WorkDir: t.TempDir(), SupervisorPath: writeFile(t, "adapter", "")},
+		"no work dir":                 {},
+		"negative kill grace":         {WorkDir: workDir(t), KillGrace: -time.Second},
+		"negative max":                {WorkDir: workDir(t), MaxConcurrent: -1},
+		"bad env name":                {WorkDir: workDir(t), Env: map[string]string{"A=B": "c"}},
+		"work dir is not a dir":       {WorkDir: filepath.Join(writeFile(t, "file", ""), "sub")},
+		"relative supervisor":         {WorkDir: workDir(t), SupervisorPath: "adapter"},
+		"missing supervisor":          {WorkDir: workDir(t), SupervisorPath: "/nonexistent/adapter"},
+		"supervisor not executable":   {WorkDir: workDir(t), SupervisorPath: writeFile(t, "adapter", "")},
+		"unknown user":                {WorkDir: workDir(t), User: "no-such-user-cb"},
+		"root user, root not allowed": {WorkDir: workDir(t), User: "root"},
+		"too few open files":          {WorkDir: workDir(t), Limits: Limits{OpenFiles: 3}},
 	}
 	for name, cfg := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -36,6 +40,18 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+// taskUserName is the name of the user test tasks run as by default.
+func taskUserName(t *testing.T) string {
+	if os.Geteuid() == 0 {
+		return testUser
+	}
+	u, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Username
 }
 
 func TestOutputFiles(t *testing.T) {
@@ -50,7 +66,7 @@ func TestOutputFiles(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			dir := t.TempDir()
+			dir := workDir(t)
 			p := newTestProvider(t, Config{WorkDir: dir})
 			task := helperTask(t, tc.args...)
 			h := providertest.Start(t, p, task)
@@ -76,7 +92,7 @@ func TestOutputFiles(t *testing.T) {
 
 func TestEnvironmentAndDir(t *testing.T) {
 	t.Parallel()
-	otherDir := t.TempDir()
+	otherDir := workDir(t)
 	tests := map[string]struct {
 		base    map[string]string
 		task    providers.Task // ID, Argv and the helper switch are filled in
@@ -93,6 +109,23 @@ func TestEnvironmentAndDir(t *testing.T) {
 			task: providers.Task{Env: map[string]string{"CB_X": "task"}},
 			args: []string{"env", "CB_X"}, want: "task",
 		},
+		"HOME is the work dir, not the base's": {
+			base: map[string]string{"HOME": "/root"},
+			args: []string{"env", "HOME"}, want: "work", wantDir: true,
+		},
+		"task env may set HOME": {
+			base: map[string]string{"HOME": "/root"},
+			task: providers.Task{Env: map[string]string{"HOME": "/srv/job"}},
+			args: []string{"env", "HOME"}, want: "/srv/job",
+		},
+		"USER is the task's user": {
+			base: map[string]string{"USER": "root"},
+			args: []string{"env", "USER"}, want: taskUserName(t),
+		},
+		"LOGNAME is the task's user": {
+			base: map[string]string{"LOGNAME": "root"},
+			args: []string{"env", "LOGNAME"}, want: taskUserName(t),
+		},
 		"adapter env not inherited": {
 			args: []string{"env", "PATH"}, want: "",
 		},
@@ -104,8 +137,8 @@ func TestEnvironmentAndDir(t *testing.T) {
 			task: providers.Task{Env: map[string]string{providers.PayloadEnv: "/etc/passwd"}},
 			args: []string{"env", providers.PayloadEnv}, want: "payload", wantDir: true,
 		},
-		"default working dir is the task dir": {
-			args: []string{"pwd"}, want: "", wantDir: true,
+		"default working dir is the task's work dir": {
+			args: []string{"pwd"}, want: "work", wantDir: true,
 		},
 		"working dir": {
 			task: providers.Task{Dir: otherDir},
@@ -115,7 +148,7 @@ func TestEnvironmentAndDir(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			dir := t.TempDir()
+			dir := workDir(t)
 			p := newTestProvider(t, Config{WorkDir: dir, Env: tc.base})
 			task := tc.task
 			ht := helperTask(t, tc.args...)
@@ -210,7 +243,7 @@ func TestTimeoutEndsProcessGroup(t *testing.T) {
 
 func TestSuspendResume(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
+	dir := workDir(t)
 	p := newTestProvider(t, Config{WorkDir: dir})
 	task := helperTask(t, "family", "stay")
 	h := providertest.Start(t, p, task)
@@ -317,8 +350,12 @@ func TestClose(t *testing.T) {
 
 func testClose(t *testing.T, supervisor string) {
 	t.Parallel()
-	dir := t.TempDir()
-	p, err := New(Config{WorkDir: dir, SupervisorPath: supervisor})
+	dir := workDir(t)
+	cfg := Config{WorkDir: dir, SupervisorPath: supervisor}
+	if os.Geteuid() == 0 {
+		cfg.User = testUser
+	}
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +394,7 @@ func TestRestartSeesOldHandles(t *testing.T) {
 
 	t.Run("finished", func(t *testing.T) {
 		t.Parallel()
-		dir := t.TempDir()
+		dir := workDir(t)
 		p1 := newTestProvider(t, Config{WorkDir: dir})
 		h := providertest.Start(t, p1, helperTask(t, "exit", "3"))
 		want := providertest.WaitDone(t, p1, h)
@@ -376,7 +413,7 @@ func TestRestartSeesOldHandles(t *testing.T) {
 
 	t.Run("running", func(t *testing.T) {
 		t.Parallel()
-		dir := t.TempDir()
+		dir := workDir(t)
 		p1 := newTestProvider(t, Config{WorkDir: dir})
 		h := providertest.Start(t, p1, helperTask(t, "sleep"))
 		p2 := newTestProvider(t, Config{WorkDir: dir})
@@ -390,7 +427,7 @@ func TestRestartSeesOldHandles(t *testing.T) {
 		// and writes its state record, and the provider only ever sees the
 		// task directory.
 		t.Parallel()
-		dir := t.TempDir()
+		dir := workDir(t)
 		cmd, id := startOrphan(t, dir, "family", "stay")
 		p := newTestProvider(t, Config{WorkDir: dir})
 		h := providers.Handle{Provider: "local", ID: id}
@@ -429,7 +466,7 @@ func TestRestartSeesOldHandles(t *testing.T) {
 		// A directory without a state record is a Start cut short: pending
 		// while a supervisor might still be starting, then never started.
 		t.Parallel()
-		dir := t.TempDir()
+		dir := workDir(t)
 		id := providertest.TaskID(t)
 		if err := os.Mkdir(filepath.Join(dir, id), 0o700); err != nil {
 			t.Fatal(err)
@@ -495,7 +532,7 @@ func TestRestartSeesOldHandles(t *testing.T) {
 		for name, record := range tests {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				dir := t.TempDir()
+				dir := workDir(t)
 				id := providertest.TaskID(t)
 				if err := os.Mkdir(filepath.Join(dir, id), 0o700); err != nil {
 					t.Fatal(err)
@@ -666,7 +703,7 @@ func readFile(t *testing.T, path string) string {
 
 func writeFile(t *testing.T, name, content string) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
+	path := filepath.Join(workDir(t), name)
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ const (
 	fileStdout  = "stdout"
 	fileStderr  = "stderr"
 	filePayload = "payload"
+	fileWork    = "work"  // the task's own directory: its default working directory and HOME
 	fileState   = "state" // stateRecord, written once after the process starts
 	fileExit    = "exit"  // exitRecord, published once when the task ends
 	fileStop    = "stop"  // stopRecord, published once when a stop is requested (supervised tasks)
@@ -64,12 +65,17 @@ type exitRecord struct {
 	TimedOut   bool            `json:"timed_out,omitempty"`
 	StartedAt  time.Time       `json:"started_at"`
 	FinishedAt time.Time       `json:"finished_at"`
+	// Bytes of output dropped past the cap (added without a version bump:
+	// absent means none).
+	StdoutDropped int64 `json:"stdout_dropped,omitempty"`
+	StderrDropped int64 `json:"stderr_dropped,omitempty"`
 }
 
 func exitRecordOf(st providers.Status) exitRecord {
 	return exitRecord{
 		Version: recordVersion, State: st.State, ExitCode: st.ExitCode, Error: st.Error,
 		TimedOut: st.TimedOut, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt,
+		StdoutDropped: st.StdoutDropped, StderrDropped: st.StderrDropped,
 	}
 }
 
@@ -79,6 +85,7 @@ func (r exitRecord) status(dir string) providers.Status {
 		State: r.State, ExitCode: r.ExitCode, Error: r.Error, TimedOut: r.TimedOut,
 		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
 		StdoutPath: filepath.Join(dir, fileStdout), StderrPath: filepath.Join(dir, fileStderr),
+		StdoutDropped: r.StdoutDropped, StderrDropped: r.StderrDropped,
 	}
 }
 

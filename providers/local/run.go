@@ -27,6 +27,15 @@ type taskSpec struct {
 	KillGrace time.Duration     `json:"kill_grace"`
 	StartedAt time.Time         `json:"started_at"`
 	Labels    map[string]string `json:"labels,omitempty"`
+	// Credential is the user the task's process switches to; nil runs it
+	// as the process that starts it.
+	Credential *credential `json:"credential,omitempty"`
+	// Limits are set on the task's process before it runs (after, for a
+	// task watched in-process; see applyChildLimits).
+	Limits []rlimit `json:"limits,omitempty"`
+	// MaxOutput caps each of stdout and stderr, in bytes; negative: no
+	// cap; zero: the default.
+	MaxOutput int64 `json:"max_output"`
 }
 
 // procIdentity names one process for as long as it lives: pid plus its
@@ -36,13 +45,33 @@ type procIdentity struct {
 	StartTicks uint64
 }
 
-// startTask starts spec's process in a new process group, with stdout and
-// stderr as its output, and records its identity (and sup's, the
-// supervisor's, when it has one) in dir/state. The process runs even if
-// the record cannot be written; stateErr says so.
-func startTask(dir string, spec *taskSpec, stdout, stderr *os.File, sup procIdentity) (cmd *exec.Cmd, stateErr, err error) {
+// startTask starts spec's process in a new process group, as spec's user,
+// with its stdout and stderr captured into the given files (see capture;
+// when inProcess, the capture takes the files over and closes them), and
+// records its identity (and sup's, the supervisor's, when it has one) in
+// dir/state. The process runs even if the record cannot be written; warn
+// says so.
+//
+// A supervisor has set spec.Limits on itself already, for the task to
+// inherit. For a task watched in-process (inProcess) they are set right
+// after it starts, which leaves it a moment under the provider's own
+// limits, and needs CAP_SYS_RESOURCE when the task runs as another user:
+// without it the task runs under the provider's limits, and warn says so.
+func startTask(dir string, spec *taskSpec, stdout, stderr *os.File, sup procIdentity, inProcess bool) (cmd *exec.Cmd, out *capture, warn, err error) {
 	if len(spec.Argv) == 0 || !filepath.IsAbs(spec.Argv[0]) {
-		return nil, nil, fmt.Errorf("%w: argv[0] must be an absolute path", providers.ErrInvalidTask)
+		if inProcess {
+			stdout.Close()
+			stderr.Close()
+		}
+		return nil, nil, nil, fmt.Errorf("%w: argv[0] must be an absolute path", providers.ErrInvalidTask)
+	}
+	limit := spec.MaxOutput
+	if limit == 0 {
+		limit = DefaultMaxOutputBytes // a spec from a provider that did not say
+	}
+	out, pipes, err := startCapture([2]*os.File{stdout, stderr}, limit, inProcess)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("output pipes: %w", err)
 	}
 	cmd = exec.Command(spec.Argv[0], spec.Argv[1:]...) // absolute: no PATH lookup
 	cmd.Dir = spec.Cwd
@@ -50,10 +79,19 @@ func startTask(dir string, spec *taskSpec, stdout, stderr *os.File, sup procIden
 	if cmd.Env == nil {
 		cmd.Env = []string{} // nil would mean "inherit ours"
 	}
-	cmd.Stdout, cmd.Stderr = stdout, stderr // files, so exec starts no copying goroutines
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, nil, err
+	cmd.Stdout, cmd.Stderr = pipes[0], pipes[1] // files, so exec starts no copying goroutines
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: spec.Credential.sys()}
+	err = cmd.Start()
+	pipes[0].Close() // the task has its own copies
+	pipes[1].Close()
+	if err != nil {
+		out.wait(0)
+		return nil, nil, nil, err
+	}
+	if inProcess {
+		if lerr := applyChildLimits(cmd.Process.Pid, spec.Limits); lerr != nil {
+			warn = fmt.Errorf("resource limits not applied; the task runs under the provider's own (set SupervisorPath, whose supervisor applies them without CAP_SYS_RESOURCE): %w", lerr)
+		}
 	}
 	rec := stateRecord{
 		Version: recordVersion, Provider: spec.Provider, TaskID: spec.TaskID,
@@ -65,7 +103,10 @@ func startTask(dir string, spec *taskSpec, stdout, stderr *os.File, sup procIden
 		rec.StartTicks = ticks
 	}
 	rec.BootID, _ = bootID()
-	return cmd, writeRecord(dir, fileState, rec), nil
+	if serr := writeRecord(dir, fileState, rec); serr != nil {
+		warn = errors.Join(warn, fmt.Errorf("task state not recorded; a restarted adapter will report it lost: %w", serr))
+	}
+	return cmd, out, warn, nil
 }
 
 // supervise watches a started task process until it, and every other
@@ -73,12 +114,14 @@ func startTask(dir string, spec *taskSpec, stdout, stderr *os.File, sup procIden
 // the task (SIGTERM and SIGCONT to the group, SIGKILL after KillGrace) when
 // a cause arrives on stop or when deadline passes (if spec.Timeout is set).
 // Processes the task leaves behind when it ends on its own are stopped the
-// same way: they are part of the task. now stamps FinishedAt.
+// same way: they are part of the task. Once the group is empty it waits
+// (up to KillGrace) for out to take the last of the output. now stamps
+// FinishedAt.
 //
 // It runs in the provider's waiter goroutine when there is no supervisor,
 // and in the supervisor process otherwise; either way it is the one place
 // that turns a wait status into an outcome.
-func supervise(cmd *exec.Cmd, spec *taskSpec, deadline time.Time, stop <-chan error, now func() time.Time, log *slog.Logger) exitRecord {
+func supervise(cmd *exec.Cmd, out *capture, spec *taskSpec, deadline time.Time, stop <-chan error, now func() time.Time, log *slog.Logger) exitRecord {
 	pgid := cmd.Process.Pid // Setpgid makes a group named after the leader
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }() // ends when the leader is reaped
@@ -131,6 +174,7 @@ func supervise(cmd *exec.Cmd, spec *taskSpec, deadline time.Time, stop <-chan er
 		log.Warn("task's process group not cleared", "err", err)
 	}
 	st := outcome(cmd.ProcessState, waitErr, cause, spec.Timeout)
+	st.StdoutDropped, st.StderrDropped = out.wait(spec.KillGrace)
 	st.StartedAt, st.FinishedAt = spec.StartedAt, now()
 	return exitRecordOf(st)
 }

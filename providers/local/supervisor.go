@@ -37,7 +37,7 @@ const (
 // readyMsg is the supervisor's first line on its status pipe.
 type readyMsg struct {
 	PID        int    `json:"pid,omitempty"`         // the task's leader, and so its process group
-	StateError string `json:"state_error,omitempty"` // the state record could not be written
+	StateError string `json:"state_error,omitempty"` // the task started with a problem (its state record could not be written)
 	Error      string `json:"error,omitempty"`       // the task did not start
 }
 
@@ -117,14 +117,20 @@ func SupervisorMain(args []string) int {
 	}
 	self := procIdentity{PID: os.Getpid()}
 	_, _, self.StartTicks, _ = procStat(self.PID)
-	cmd, stateErr, err := startTask(dir, &spec, os.Stdout, os.Stderr, self)
+	// This process exists for this task only: the task inherits its
+	// limits, with no moment under any other.
+	if err := applyOwnLimits(spec.Limits); err != nil {
+		sendMessage(status, readyMsg{Error: err.Error()})
+		return 1
+	}
+	cmd, out, warn, err := startTask(dir, &spec, os.Stdout, os.Stderr, self, false)
 	if err != nil {
 		sendMessage(status, readyMsg{Error: err.Error()})
 		return 1
 	}
 	ready := readyMsg{PID: cmd.Process.Pid}
-	if stateErr != nil {
-		ready.StateError = stateErr.Error()
+	if warn != nil {
+		ready.StateError = warn.Error()
 	}
 	// The provider may be gone already (or may give up on us, in which case
 	// a stop request follows); the task is supervised either way.
@@ -132,7 +138,7 @@ func SupervisorMain(args []string) int {
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).
 		With("component", "computeboard-supervisor", "job", spec.TaskID)
-	rec := supervise(cmd, &spec, deadline, stop, notBefore(spec.StartedAt), log)
+	rec := supervise(cmd, out, &spec, deadline, stop, notBefore(spec.StartedAt), log)
 	switch err := publishRecord(dir, fileExit, rec); {
 	case errors.Is(err, errRecordExists):
 		// Someone recorded the task before us (an adapter that could not
@@ -239,8 +245,8 @@ func (p *Provider) launchSupervised(ctx context.Context, tk *task, spec *taskSpe
 		return fmt.Errorf("supervisor: %w%s", err, why)
 	}
 	if ready.StateError != "" {
-		// The task runs fine without it; only a restarted adapter loses it.
-		p.log.Warn("task state not recorded; a restarted adapter will report it lost", "job", tk.id, "err", ready.StateError)
+		// The task runs, with less than it should have.
+		p.log.Warn("task started with a problem", "job", tk.id, "err", ready.StateError)
 	}
 	tk.sup, tk.statusPipe, tk.statusIn, tk.pgid = cmd, statusR, status, ready.PID
 	return nil

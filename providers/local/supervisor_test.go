@@ -38,8 +38,8 @@ func TestAdapterCrash(t *testing.T) {
 	} {
 		t.Run("ends while down/"+name, func(t *testing.T) {
 			t.Parallel()
-			dir := t.TempDir()
-			release := filepath.Join(t.TempDir(), "release")
+			dir := workDir(t)
+			release := filepath.Join(workDir(t), "release")
 			h := startInDoomedAdapter(t, dir, 0, "exit-when", release, fmt.Sprint(tc.code))
 			// The adapter is dead; only now may the task end.
 			if err := os.WriteFile(release, nil, 0o600); err != nil {
@@ -70,8 +70,8 @@ func TestAdapterCrash(t *testing.T) {
 
 	t.Run("ends after restart", func(t *testing.T) {
 		t.Parallel()
-		dir := t.TempDir()
-		release := filepath.Join(t.TempDir(), "release")
+		dir := workDir(t)
+		release := filepath.Join(workDir(t), "release")
 		h := startInDoomedAdapter(t, dir, 0, "exit-when", release, "3")
 		p := newTestProvider(t, Config{WorkDir: dir})
 		if st := poll(t, p, h); st.State != providers.StateRunning {
@@ -88,7 +88,7 @@ func TestAdapterCrash(t *testing.T) {
 
 	t.Run("running: re-attached and stopped", func(t *testing.T) {
 		t.Parallel()
-		dir := t.TempDir()
+		dir := workDir(t)
 		h := startInDoomedAdapter(t, dir, 0, "family", "stay")
 		p := newTestProvider(t, Config{WorkDir: dir})
 		grandchild := readPID(t, p, h)
@@ -133,17 +133,18 @@ func TestAdapterCrash(t *testing.T) {
 
 	t.Run("supervisor killed while down", func(t *testing.T) {
 		// Without its supervisor the task can still be re-attached to and
-		// stopped, but its exit status is gone.
+		// stopped, but its exit status is gone (and so is any output it
+		// writes after: the supervisor was the reader of its pipes).
 		t.Parallel()
-		dir := t.TempDir()
+		dir := workDir(t)
 		h := startInDoomedAdapter(t, dir, 0, "family", "stay")
 		rec := mustReadState(t, filepath.Join(dir, h.ID))
+		p := newTestProvider(t, Config{WorkDir: dir})
+		grandchild := readPID(t, p, h)
 		if err := syscall.Kill(rec.SupervisorPID, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		waitGone(t, rec.SupervisorPID)
-		p := newTestProvider(t, Config{WorkDir: dir})
-		grandchild := readPID(t, p, h)
 		if st := poll(t, p, h); st.State != providers.StateRunning {
 			t.Errorf("state %s, want running", st.State)
 		}
@@ -161,9 +162,28 @@ func TestAdapterCrash(t *testing.T) {
 		}
 	})
 
+	t.Run("output capped while down", func(t *testing.T) {
+		t.Parallel()
+		dir := workDir(t)
+		release := filepath.Join(workDir(t), "release")
+		h := startInDoomedAdapter(t, dir, 0, "spew-when", release, "5000", "10")
+		if err := os.WriteFile(release, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		waitExitRecord(t, filepath.Join(dir, h.ID))
+		p := newTestProvider(t, Config{WorkDir: dir})
+		st := poll(t, p, h)
+		if st.State != providers.StateSucceeded || st.StdoutDropped != 5000-doomedAdapterMaxOutput || st.StderrDropped != 0 {
+			t.Errorf("status %+v, want succeeded, %d bytes of stdout dropped", st, 5000-doomedAdapterMaxOutput)
+		}
+		if n := len(readFile(t, st.StdoutPath)); n != doomedAdapterMaxOutput {
+			t.Errorf("stdout holds %d bytes, want the cap, %d", n, doomedAdapterMaxOutput)
+		}
+	})
+
 	t.Run("timeout enforced while down", func(t *testing.T) {
 		t.Parallel()
-		dir := t.TempDir()
+		dir := workDir(t)
 		h := startInDoomedAdapter(t, dir, time.Second, "sleep")
 		waitExitRecord(t, filepath.Join(dir, h.ID))
 		p := newTestProvider(t, Config{WorkDir: dir})
@@ -262,7 +282,7 @@ func waitGone(t *testing.T, pid int) {
 // reports it lost; a stop requested before that makes it cancelled.
 func TestSupervisorKilled(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
+	dir := workDir(t)
 	p := newTestProvider(t, Config{WorkDir: dir})
 	h := providertest.Start(t, p, helperTask(t, "family", "stay"))
 	grandchild := readPID(t, p, h)
@@ -296,7 +316,7 @@ func TestInstancesAgree(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			dir := t.TempDir()
+			dir := workDir(t)
 			p1 := newP(t, Config{WorkDir: dir})
 			h := providertest.Start(t, p1, helperTask(t, "sleep"))
 			providertest.WaitFor(t, p1, h, "running", func(st providers.Status) bool { return st.State == providers.StateRunning })
@@ -330,14 +350,14 @@ func TestArgvIsNotAShellString(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			dir := t.TempDir()
+			dir := workDir(t)
 			p := newP(t, Config{WorkDir: dir})
 			task := helperTask(t, "print", arg)
 			st := providertest.WaitDone(t, p, providertest.Start(t, p, task))
 			if got := readFile(t, st.StdoutPath); st.State != providers.StateSucceeded || got != arg {
 				t.Errorf("state %s, stdout %q; want succeeded, %q", st.State, got, arg)
 			}
-			if exists(filepath.Join(dir, task.ID, "pwned")) {
+			if exists(filepath.Join(dir, task.ID, fileWork, "pwned")) {
 				t.Errorf("an argument was run as a command")
 			}
 		})
@@ -356,7 +376,7 @@ func TestSupervisorHandshakeFails(t *testing.T) {
 			t.Skip("no true(1) on this system")
 		}
 		truePath, _ = filepath.Abs(truePath)
-		dir := t.TempDir()
+		dir := workDir(t)
 		p := newTestProvider(t, Config{WorkDir: dir, SupervisorPath: truePath})
 		task := helperTask(t, "exit", "0")
 		h, err := p.Start(t.Context(), task)
@@ -375,10 +395,10 @@ func TestSupervisorHandshakeFails(t *testing.T) {
 	} {
 		t.Run("no such program/"+name, func(t *testing.T) {
 			t.Parallel()
-			dir := t.TempDir()
+			dir := workDir(t)
 			p := newP(t, Config{WorkDir: dir})
 			task := helperTask(t)
-			task.Argv = []string{filepath.Join(t.TempDir(), "missing")}
+			task.Argv = []string{filepath.Join(workDir(t), "missing")}
 			_, err := p.Start(t.Context(), task)
 			if !errors.Is(err, os.ErrNotExist) && (err == nil || !strings.Contains(err.Error(), "no such file")) {
 				t.Fatalf("Start: %v, want no such file", err)
@@ -393,11 +413,11 @@ func TestSupervisorHandshakeFails(t *testing.T) {
 		// The directory is the only evidence the task may have run: it must
 		// stay, so nobody takes the task for never started and runs it again.
 		t.Parallel()
-		sup := filepath.Join(t.TempDir(), diesAfterStartSupervisor)
+		sup := filepath.Join(workDir(t), diesAfterStartSupervisor)
 		if err := os.Symlink(testBinary(t), sup); err != nil {
 			t.Fatal(err)
 		}
-		dir := t.TempDir()
+		dir := workDir(t)
 		p := newTestProvider(t, Config{WorkDir: dir, SupervisorPath: sup})
 		task := helperTask(t, "exit", "0")
 		if _, err := p.Start(t.Context(), task); err == nil {
@@ -414,11 +434,11 @@ func TestSupervisorHandshakeFails(t *testing.T) {
 
 	t.Run("hangs", func(t *testing.T) {
 		t.Parallel()
-		stuck := filepath.Join(t.TempDir(), stuckSupervisor)
+		stuck := filepath.Join(workDir(t), stuckSupervisor)
 		if err := os.Symlink(testBinary(t), stuck); err != nil {
 			t.Fatal(err)
 		}
-		dir := t.TempDir()
+		dir := workDir(t)
 		p := newTestProvider(t, Config{WorkDir: dir, SupervisorPath: stuck, KillGrace: 50 * time.Millisecond})
 		task := helperTask(t, "exit", "0")
 		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
@@ -439,7 +459,7 @@ func TestSupervisorHandshakeFails(t *testing.T) {
 // whole.
 func TestPublishRecordFirstWins(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
+	dir := workDir(t)
 	const n = 16
 	errs := make([]error, n)
 	var wg sync.WaitGroup

@@ -29,6 +29,7 @@ type task struct {
 	// Without a supervisor: the task's own process, and what supervise
 	// needs to watch it in the waiter goroutine.
 	cmd      *exec.Cmd
+	out      *capture
 	spec     *taskSpec
 	deadline time.Time
 	stopc    chan error // capacity 1; receives the first stop cause
@@ -48,9 +49,23 @@ type task struct {
 }
 
 // launch prepares the task directory and starts the process, or the
-// supervisor that starts it.
-func (p *Provider) launch(ctx context.Context, t providers.Task) (_ *task, err error) {
+// supervisor that starts it, as acct.
+//
+// The task directory belongs to the provider (mode 0700, or 0711 when the
+// task runs as another user, who may pass through but not list it), and
+// so do the records, stdout and stderr in it: the task writes its output
+// to pipes, never to those files, and cannot replace any of them (with a
+// symbolic link to a secret, or a FIFO that would hang a reader). The
+// task's own part is the work directory inside (its default working
+// directory and HOME) and its payload file, both owned by its user, mode
+// 0700 and 0600.
+func (p *Provider) launch(ctx context.Context, t providers.Task, acct account) (_ *task, err error) {
 	dir := p.taskDir(t.ID)
+	if acct.switchTo {
+		if err := acct.checkReachable(p.workDir); err != nil {
+			return nil, err
+		}
+	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("%w: task ID already used (%s exists)", providers.ErrInvalidTask, dir)
@@ -68,28 +83,55 @@ func (p *Provider) launch(ctx context.Context, t providers.Task) (_ *task, err e
 			}
 		}
 	}()
+	if acct.switchTo && acct.uid != uint32(os.Geteuid()) {
+		if err := os.Chmod(dir, 0o711); err != nil {
+			return nil, err
+		}
+	}
+	work := filepath.Join(dir, fileWork)
+	if err := os.Mkdir(work, 0o700); err != nil {
+		return nil, err
+	}
 	payload := filepath.Join(dir, filePayload)
 	if err := os.WriteFile(payload, t.Payload, 0o600); err != nil {
 		return nil, err
+	}
+	if acct.switchTo {
+		// Made just now in a directory only we can write to: nothing can
+		// have swapped them for links.
+		for _, f := range []string{work, payload} {
+			if err := os.Lchown(f, int(acct.uid), int(acct.gid)); err != nil {
+				return nil, err
+			}
+		}
 	}
 	stdout, err := createOutput(dir, fileStdout)
 	if err != nil {
 		return nil, err
 	}
-	defer stdout.Close() // the child has its own copy once started
 	stderr, err := createOutput(dir, fileStderr)
 	if err != nil {
+		stdout.Close()
 		return nil, err
 	}
-	defer stderr.Close()
+	// A supervisor gets its own copies of the files; the capture of a task
+	// watched in-process takes them over.
+	handedOver := false
+	defer func() {
+		if !handedOver {
+			stdout.Close()
+			stderr.Close()
+		}
+	}()
 
 	cwd := t.Dir
 	if cwd == "" {
-		cwd = dir
+		cwd = work
 	}
 	spec := &taskSpec{
-		Provider: p.name, TaskID: t.ID, Argv: t.Argv, Env: p.environ(t, payload), Cwd: cwd,
+		Provider: p.name, TaskID: t.ID, Argv: t.Argv, Env: p.environ(t, payload, work, acct), Cwd: cwd,
 		Timeout: t.Timeout, KillGrace: p.grace, StartedAt: p.clock.Now(), Labels: t.Labels,
+		Credential: acct.credential(), Limits: p.limits, MaxOutput: p.maxOutput,
 	}
 	tk := &task{id: t.ID, dir: dir, startedAt: spec.StartedAt, done: make(chan struct{})}
 	if p.supervisor != "" {
@@ -99,15 +141,16 @@ func (p *Provider) launch(ctx context.Context, t providers.Task) (_ *task, err e
 		return tk, nil
 	}
 	deadline := time.Now().Add(t.Timeout)
-	cmd, stateErr, err := startTask(dir, spec, stdout, stderr, procIdentity{})
+	handedOver = true
+	cmd, out, warn, err := startTask(dir, spec, stdout, stderr, procIdentity{}, true)
 	if err != nil {
 		return nil, err
 	}
-	if stateErr != nil {
-		// The task runs fine without it; only a restarted adapter loses it.
-		p.log.Warn("task state not recorded; a restarted adapter will report it lost", "job", t.ID, "err", stateErr)
+	if warn != nil {
+		// The task runs, with less than it should have.
+		p.log.Warn("task started with a problem", "job", t.ID, "err", warn)
 	}
-	tk.cmd, tk.spec, tk.deadline, tk.pgid = cmd, spec, deadline, cmd.Process.Pid
+	tk.cmd, tk.out, tk.spec, tk.deadline, tk.pgid = cmd, out, spec, deadline, cmd.Process.Pid
 	tk.stopc = make(chan error, 1)
 	return tk, nil
 }
@@ -156,7 +199,7 @@ func (p *Provider) wait(tk *task) {
 	if tk.sup != nil {
 		rec = p.waitSupervised(tk)
 	} else {
-		rec = supervise(tk.cmd, tk.spec, tk.deadline, tk.stopc, p.clock.Now, p.log.With("job", tk.id))
+		rec = supervise(tk.cmd, tk.out, tk.spec, tk.deadline, tk.stopc, p.clock.Now, p.log.With("job", tk.id))
 	}
 	st, recorded := p.settle(tk.id, tk.dir, rec)
 	p.mu.Lock()

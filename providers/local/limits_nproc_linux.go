@@ -1,0 +1,5 @@
+//go:build linux && !(mips || mipsle || mips64 || mips64le)
+
+package local
+
+const rlimitNPROC = 0x6

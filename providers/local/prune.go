@@ -1,0 +1,100 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Prune removes the directories of tasks that ended before olderThan, and
+// returns how many it removed. The adapter calls it periodically with its
+// retention (say, now minus 7 days); a pruned task's handle is unknown
+// afterwards (Poll returns providers.ErrUnknownHandle).
+//
+// A task directory goes when its exit record says the task finished
+// before olderThan. One without an exit record goes only if the
+// directory itself was last changed before olderThan and no process of
+// the task lives: it never started, or it is lost (its supervisor, or the
+// adapter watching it, died without recording an outcome). Prune never
+// touches a task this instance is starting or running, a running task of
+// another instance, nor a directory whose state record names another
+// provider. Other entries in WorkDir are left alone.
+//
+// Errors removing one directory do not stop the others; they are returned
+// together, after the count.
+func (p *Provider) Prune(ctx context.Context, olderThan time.Time) (removed int, err error) {
+	ents, err := os.ReadDir(p.workDir)
+	if err != nil {
+		return 0, fmt.Errorf("local: prune: %w", err)
+	}
+	var errs []error
+	for _, e := range ents {
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, context.Cause(ctx))
+			break
+		}
+		id := e.Name()
+		if !e.IsDir() || !validID.MatchString(id) {
+			continue
+		}
+		p.mu.Lock()
+		busy := p.tasks[id] != nil || p.starting[id]
+		p.mu.Unlock()
+		if busy {
+			continue
+		}
+		dir := p.taskDir(id)
+		if !p.expired(dir, olderThan) {
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed++
+	}
+	if err := errors.Join(errs...); err != nil {
+		return removed, fmt.Errorf("local: prune: %w", err)
+	}
+	return removed, nil
+}
+
+// expired reports whether the task directory dir may be pruned at cutoff
+// olderThan (see Prune).
+func (p *Provider) expired(dir string, olderThan time.Time) bool {
+	if ex, err := readExit(dir); err == nil {
+		finished := ex.FinishedAt
+		if finished.IsZero() {
+			fi, err := os.Stat(filepath.Join(dir, fileExit))
+			if err != nil {
+				return false
+			}
+			finished = fi.ModTime()
+		}
+		return finished.Before(olderThan)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil || !fi.ModTime().Before(olderThan) {
+		return false
+	}
+	rec, err := readState(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return true // never started
+	case err != nil:
+		return false // unreadable: someone should look at it
+	case rec.Provider != p.name:
+		return false
+	}
+	live := rec.identify()
+	if live.leader != 0 || live.supervisor {
+		return false
+	}
+	// The outcome may have been published since we first looked.
+	_, err = readExit(dir)
+	return errors.Is(err, fs.ErrNotExist)
+}
