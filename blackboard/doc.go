@@ -5,7 +5,10 @@
 // share a board. An entry's status moves from active to consumed,
 // superseded, expired or retracted; the sweeper expires and evicts. Events
 // go to one stream, replayed from a cursor and filtered by fnmatch pattern;
-// compute.request entries also land on the broker's intake lanes.
+// compute.request entries also land on their module's own intake lane
+// (Keys.ModuleInbox, registered in Keys.InboxLanes). Keys.ModuleACL gives
+// the Redis ACL rules that confine a module's user to its own lanes and
+// entry keys (ids "<module>:<32 hex>").
 // docs/contract-draft.md fixes the names; keys.go alone builds them.
 //
 // # Deviations from the original

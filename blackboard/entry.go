@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -89,14 +90,54 @@ func NewID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// ValidID reports whether id is 32 lowercase hex digits.
+// ValidID reports whether id is an entry id: 32 lowercase hex digits,
+// optionally after "<module>:" with a ValidModule name (the form a board
+// with per-module Redis ACLs requires for compute requests, so that the
+// entry's key names its module).
 func ValidID(id string) bool {
+	if i := strings.LastIndexByte(id, ':'); i >= 0 {
+		if !ValidModule(id[:i]) {
+			return false
+		}
+		id = id[i+1:]
+	}
 	if len(id) != 32 {
 		return false
 	}
 	for i := range len(id) {
 		c := id[i]
 		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// IDModule is the module an entry id names ("<module>:<hex>"), or "".
+func IDModule(id string) string {
+	if i := strings.LastIndexByte(id, ':'); i >= 0 {
+		return id[:i]
+	}
+	return ""
+}
+
+// NewModuleID returns a fresh entry id of module: "<module>:<NewID()>".
+// module must be a ValidModule name.
+func NewModuleID(module string) string { return module + ":" + NewID() }
+
+// MaxModuleLen is the longest ValidModule name.
+const MaxModuleLen = 64
+
+// ValidModule reports whether name can name a module's intake lanes, entry
+// ids and Redis ACL user: 1 to 64 of [A-Za-z0-9_.-] (no glob characters,
+// no ':').
+func ValidModule(name string) bool {
+	if len(name) == 0 || len(name) > MaxModuleLen {
+		return false
+	}
+	for i := range len(name) {
+		c := name[i]
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '_' && c != '.' && c != '-' {
 			return false
 		}
 	}
@@ -120,7 +161,7 @@ func (e Entry) Validate() error {
 	}
 	switch {
 	case !ValidID(e.ID):
-		return bad("entry_id %q is not 32 lowercase hex digits", e.ID)
+		return bad("entry_id %q is not 32 lowercase hex digits (optionally after \"<module>:\")", e.ID)
 	case e.Topic == "":
 		return bad("empty topic")
 	case len(e.Data) > 0 && !json.Valid(e.Data):

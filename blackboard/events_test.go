@@ -192,11 +192,25 @@ func TestSubscribe(t *testing.T) {
 	v := newEnv(t, Config{})
 	emitN(t, v, "blackboard.entry.old") // before "$": not delivered
 
+	// Subscribe resolves "$" in its own goroutine, at a moment the test
+	// cannot see; until it has, what the test posts may fall before its
+	// cursor. So the test emits probes (which match the pattern) until the
+	// handler has seen one: from then on every event is after the cursor.
+	const probe = "blackboard.entry.probe"
 	errStop := errors.New("stop")
 	got := make(chan Event, 100)
+	ready := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
 		done <- v.s.Subscribe(ctx, "blackboard.entry.*", "$", func(e Event) error {
+			if e.Type == probe {
+				select {
+				case <-ready:
+				default:
+					close(ready)
+				}
+				return nil
+			}
 			got <- e
 			// The handler runs under no lock: it may call back into the store.
 			if e.Type == EventEntryAdded {
@@ -210,16 +224,11 @@ func TestSubscribe(t *testing.T) {
 			return nil
 		})
 	}()
-	time.Sleep(50 * time.Millisecond) // let Subscribe resolve "$" first
+	waitReady(t, v, probe, ready)
 	emitN(t, v, "compute.job.completed")
 	id := v.post(t, mk("t"))
-	select {
-	case err := <-done:
-		if !errors.Is(err, errStop) {
-			t.Fatalf("Subscribe = %v, want the handler's error", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Subscribe did not return")
+	if err := <-done; !errors.Is(err, errStop) {
+		t.Fatalf("Subscribe = %v, want the handler's error", err)
 	}
 	close(got)
 	var types []string
@@ -233,18 +242,42 @@ func TestSubscribe(t *testing.T) {
 		t.Errorf("status %q, want retracted by the handler", st)
 	}
 
-	// Cancelling the context ends Subscribe with nil.
+	// Cancelling the context ends Subscribe with nil: cancelled once it has
+	// delivered an event, so that it is running (reading, or blocked in
+	// XREAD) rather than not yet started.
 	cctx, cancel := context.WithCancel(ctx)
-	go func() { done <- v.s.Subscribe(cctx, "*", "0", func(Event) error { return nil }) }()
-	time.Sleep(30 * time.Millisecond)
+	first := make(chan struct{})
+	go func() {
+		done <- v.s.Subscribe(cctx, "*", "0", func(Event) error {
+			select {
+			case <-first:
+			default:
+				close(first)
+			}
+			return nil
+		})
+	}()
+	<-first
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Subscribe after cancel = %v, want nil", err)
+	if err := <-done; err != nil {
+		t.Errorf("Subscribe after cancel = %v, want nil", err)
+	}
+}
+
+// waitReady emits an event of type probe, and another each time a short
+// wait passes, until ready is closed: a subscriber that has seen one is
+// reading after its starting cursor. The waits only pace the probes.
+func waitReady(t *testing.T, v env, probe string, ready <-chan struct{}) {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		emitN(t, v, probe)
+		select {
+		case <-ready:
+			return
+		case <-tick.C:
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Subscribe ignored cancellation")
 	}
 }
 

@@ -82,33 +82,99 @@ func (k Keys) JobsOwner() string { return k.prefix + ":jobs:owner" } // HASH
 // share survives an adapter restart.
 func (k Keys) EngineState() string { return k.prefix + ":engine:state" } // HASH
 
-// Inbox is intake lane 0..NumLanes-1 for compute.request entries (never trimmed).
+// Inbox is legacy (version 1, shared) intake lane 0..NumLanes-1 for
+// compute.request entries (never trimmed). Only a trusted board reads it.
 func (k Keys) Inbox(lane int) string { return k.prefix + ":inbox:compute:p" + strconv.Itoa(lane) } // STREAM
+
+// ModuleInbox is module's own intake lane 0..NumLanes-1 (version 2): the
+// module name in the key is what a Redis ACL confines a module's user to,
+// so the broker takes the poster's identity from it. module must be a
+// ValidModule name.
+func (k Keys) ModuleInbox(module string, lane int) string {
+	return k.prefix + ":inbox:compute:m:" + module + ":p" + strconv.Itoa(lane) // STREAM
+}
+
+// ModuleInboxPrefix is what every intake lane of module starts with (the
+// ACL key pattern is this followed by "*").
+func (k Keys) ModuleInboxPrefix(module string) string { return k.ModuleInboxes() + module + ":" }
+
+// ModuleInboxes is what every per-module intake lane starts with: the rest
+// of the key is a lane registry member (LaneMember).
+func (k Keys) ModuleInboxes() string { return k.prefix + ":inbox:compute:m:" }
+
+// RequestLane is the intake lane a compute.request entry of source module
+// is appended to: the module's own lane when module is a ValidModule name,
+// else the legacy shared lane.
+func (k Keys) RequestLane(module string, lane int) string {
+	if ValidModule(module) {
+		return k.ModuleInbox(module, lane)
+	}
+	return k.Inbox(lane)
+}
+
+// InboxLanes registers the per-module intake lanes that exist: members
+// "<module>:p<lane>", added by the poster in the same step as its first
+// message on that lane. The broker validates each member; it is only a
+// hint of where to read.
+func (k Keys) InboxLanes() string { return k.prefix + ":inbox:compute:lanes" } // SET
+
+// LaneMember is the InboxLanes member of module's lane.
+func LaneMember(module string, lane int) string { return module + ":p" + strconv.Itoa(lane) }
+
+// ParseLaneMember splits an InboxLanes member; ok is false for anything
+// that is not a ValidModule name and a lane 0..NumLanes-1.
+func ParseLaneMember(m string) (module string, lane int, ok bool) {
+	i := strings.LastIndexByte(m, ':')
+	if i < 0 || len(m) != i+3 || m[i+1] != 'p' || m[i+2] < '0' || m[i+2] > '9' {
+		return "", 0, false
+	}
+	module, lane = m[:i], int(m[i+2]-'0')
+	return module, lane, ValidModule(module)
+}
+
+// Replayed holds "<message id> <lane key>" for each intake message an
+// operator replayed from the dead letters (written by the adapter only; a
+// replayed field in the message itself proves nothing).
+func (k Keys) Replayed() string { return k.prefix + ":inbox:compute:replayed" } // SET
 
 // DLQ holds dead-lettered intake messages.
 func (k Keys) DLQ() string { return k.prefix + ":inbox:compute:dlq" } // STREAM
 
+// DLQWritten marks the intake messages whose dead letter is written but
+// which are not yet acknowledged: field "<lane key>/<message id>", value
+// the dead letter's id (so a redelivery never writes a second one).
+func (k Keys) DLQWritten() string { return k.prefix + ":inbox:compute:dlq:written" } // HASH
+
 // Job is the durable record of one job (owned by the broker and adapter).
 func (k Keys) Job(id string) string { return k.prefix + ":job:" + id } // HASH
 
-// JobsIdem maps idempotency key to job id.
+// JobsIdem maps idempotency key to job id: the layout before keys were
+// scoped per module and expired (still read, never written).
 func (k Keys) JobsIdem() string { return k.prefix + ":jobs:idem" } // HASH
+
+// JobIdem maps one source module's idempotency key to its job id; it
+// expires with the job record's retention. The module's length prefix
+// keeps ("a:b", "c") and ("a", "b:c") apart.
+func (k Keys) JobIdem(module, key string) string {
+	return k.JobIdemPrefix() + strconv.Itoa(len(module)) + ":" + module + ":" + key
+} // STRING
+
+// JobIdemPrefix is what every JobIdem key starts with (for scripts that
+// build one from a job record).
+func (k Keys) JobIdemPrefix() string { return k.prefix + ":jobs:idem:" }
 
 // JobsActive holds jobs not yet terminal: member job id, score accepted_at.
 func (k Keys) JobsActive() string { return k.prefix + ":jobs:active" } // ZSET
 
 // common is the board-wide key list that post.lua and supersede.lua take as
-// KEYS[1..20]: topics, all, expiry, events, stats, prio 0..3, inbox 0..9,
-// retire.
+// KEYS[1..11]: topics, all, expiry, events, stats, prio 0..3, retire, the
+// intake lane registry.
 func (k Keys) common() []string {
 	keys := []string{k.Topics(), k.All(), k.Expiry(), k.Events(), k.Stats()}
 	for p := Low; p <= Critical; p++ {
 		keys = append(keys, k.Prio(p))
 	}
-	for lane := range NumLanes {
-		keys = append(keys, k.Inbox(lane))
-	}
-	return append(keys, k.Retire())
+	return append(keys, k.Retire(), k.InboxLanes())
 }
 
 // prios returns P:prio:0 .. P:prio:3.

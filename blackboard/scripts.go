@@ -117,11 +117,19 @@ func statusErr(r []any) error {
 // postItem is one entry ready for post.lua or supersede.lua.
 type postItem struct {
 	e    *Entry
-	args []any // the 15 per-entry ARGV values
+	args []any  // the 16 per-entry ARGV values
+	lane string // the intake lane key of a compute request, else ""
 }
 
-func (k Keys) entryKeys(e *Entry) []string {
-	return []string{k.Entry(e.ID), k.Topic(e.Topic), k.Source(e.SourceModule)}
+// entryKeys are an entry's KEYS in post.lua and supersede.lua: its HASH,
+// topic and source indexes, and its intake lane (the topics SET, untouched,
+// for an entry that has none).
+func (k Keys) entryKeys(it postItem) []string {
+	lane := it.lane
+	if lane == "" {
+		lane = k.Topics()
+	}
+	return []string{k.Entry(it.e.ID), k.Topic(it.e.Topic), k.Source(it.e.SourceModule), lane}
 }
 
 // post runs post.lua. It returns the index of an entry whose id is taken
@@ -130,7 +138,7 @@ func (s *Store) post(ctx context.Context, now time.Time, items []postItem) (take
 	keys := s.keys.common()
 	args := append(s.head(now), len(items), s.retentionArg())
 	for _, it := range items {
-		keys = append(keys, s.keys.entryKeys(it.e)...)
+		keys = append(keys, s.keys.entryKeys(it)...)
 		args = append(args, it.args...)
 	}
 	r, err := s.run(ctx, postScript, keys, args)
@@ -146,7 +154,7 @@ func (s *Store) post(ctx context.Context, now time.Time, items []postItem) (take
 // supersede runs supersede.lua and returns the entry count after the write.
 func (s *Store) supersede(ctx context.Context, now time.Time, oldID string, it postItem) (int64, error) {
 	keys := append(s.keys.common(), s.keys.Entry(oldID))
-	keys = append(keys, s.keys.entryKeys(it.e)...)
+	keys = append(keys, s.keys.entryKeys(it)...)
 	args := append(s.head(now), oldID, s.retentionArg())
 	args = append(args, it.args...)
 	r, err := s.run(ctx, supersedeScript, keys, args)

@@ -76,7 +76,7 @@ func (s *Store) Keys() Keys { return s.keys }
 // StreamAck names a stream message to acknowledge (XACK) in the same atomic
 // step as an entry transition. Stream must be a key of this board.
 type StreamAck struct {
-	Stream    string // e.g. Keys().Inbox(4)
+	Stream    string // e.g. Keys().ModuleInbox("planner", 4)
 	Group     string // e.g. InboxGroup
 	MessageID string
 }
@@ -123,7 +123,7 @@ func (s *Store) prepare(e *Entry, now time.Time) (postItem, error) {
 		return postItem{}, err
 	}
 	e.Data = json.RawMessage(f.data) // as stored: compacted, null when empty
-	lane, entryJSON := -1, ""
+	lane, entryJSON, laneKey, member := -1, "", "", ""
 	if e.Topic == RequestTopic {
 		lane = RequestLane(*e)
 		b, err := e.MarshalJSON()
@@ -131,14 +131,18 @@ func (s *Store) prepare(e *Entry, now time.Time) (postItem, error) {
 			return postItem{}, err
 		}
 		entryJSON = string(b)
+		laneKey = s.keys.RequestLane(e.SourceModule, lane)
+		if ValidModule(e.SourceModule) {
+			member = LaneMember(e.SourceModule, lane)
+		}
 	}
 	added, err := marshal(addedPayload{e.ID, e.Topic, e.SourceModule, e.Priority.String()})
 	if err != nil {
 		return postItem{}, err
 	}
-	return postItem{e: e, args: []any{
+	return postItem{e: e, lane: laneKey, args: []any{
 		e.ID, e.Topic, e.SourceModule, string(f.status), e.ParentID, f.timestamp, f.conf, f.ttl,
-		f.priority, f.data, f.metadata, f.tags, lane, entryJSON, string(added),
+		f.priority, f.data, f.metadata, f.tags, lane, entryJSON, string(added), member,
 	}}, nil
 }
 
@@ -150,7 +154,8 @@ func idOf(e *Entry) string {
 }
 
 // Post stores a new entry and emits blackboard.entry.added; a compute.request
-// entry is also appended to its intake lane in the same step. Post fills
+// entry is also appended to its intake lane in the same step (its module's own
+// lane, Keys.RequestLane, registered in Keys.InboxLanes). Post fills
 // e.ID, e.Timestamp and e.Status when empty, sorts e.Tags and compacts e.Data. An id already
 // on the board is ErrConflict (the original silently overwrote it). When the
 // board is over MaxEntries, older entries are then evicted.

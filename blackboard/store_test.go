@@ -106,9 +106,14 @@ func TestPost(t *testing.T) {
 	}
 	// A non-request topic touches no intake lane.
 	for lane := range NumLanes {
-		if n, _ := v.rdb.XLen(ctx, v.k.Inbox(lane)).Result(); n != 0 {
-			t.Errorf("lane %d has %d messages", lane, n)
+		for _, key := range []string{v.k.Inbox(lane), v.k.ModuleInbox("m", lane)} {
+			if n, _ := v.rdb.XLen(ctx, key).Result(); n != 0 {
+				t.Errorf("lane %s has %d messages", key, n)
+			}
 		}
+	}
+	if n, _ := v.rdb.SCard(ctx, v.k.InboxLanes()).Result(); n != 0 {
+		t.Errorf("lane registry holds %d lanes", n)
 	}
 	got, err := v.s.Get(ctx, id)
 	if err != nil {
@@ -225,7 +230,7 @@ func TestPostMany(t *testing.T) {
 				t.Errorf("%d added events, want %d", len(added), tc.wantCount)
 			}
 			if err != nil {
-				if n, _ := v.rdb.XLen(ctx, v.k.Inbox(4)).Result(); n != 0 {
+				if n, _ := v.rdb.XLen(ctx, v.k.ModuleInbox("m", 4)).Result(); n != 0 {
 					t.Errorf("failed batch left %d intake messages", n)
 				}
 				return
@@ -239,7 +244,7 @@ func TestPostMany(t *testing.T) {
 					t.Errorf("added event %d = %s", i, a.Payload)
 				}
 			}
-			if n, _ := v.rdb.XLen(ctx, v.k.Inbox(4)).Result(); n != 1 {
+			if n, _ := v.rdb.XLen(ctx, v.k.ModuleInbox("m", 4)).Result(); n != 1 {
 				t.Errorf("lane 4 has %d messages, want 1", n)
 			}
 		})
@@ -270,7 +275,10 @@ func TestPostComputeRequest(t *testing.T) {
 			e := mk(RequestTopic, withPrio(tc.prio), withData(tc.data), withTTL(5))
 			id := v.post(t, e)
 			for lane := range NumLanes {
-				msgs, err := v.rdb.XRange(ctx, v.k.Inbox(lane), "-", "+").Result()
+				if n, _ := v.rdb.XLen(ctx, v.k.Inbox(lane)).Result(); n != 0 {
+					t.Errorf("legacy lane %d has %d messages", lane, n)
+				}
+				msgs, err := v.rdb.XRange(ctx, v.k.ModuleInbox("m", lane), "-", "+").Result()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -284,7 +292,10 @@ func TestPostComputeRequest(t *testing.T) {
 					t.Fatalf("lane %d has %d messages, want 1", lane, len(msgs))
 				}
 				canon, _ := e.MarshalJSON()
-				want := map[string]any{"v": "1", "entry_id": id, "topic": RequestTopic,
+				if ok, _ := v.rdb.SIsMember(ctx, v.k.InboxLanes(), LaneMember("m", lane)).Result(); !ok {
+					t.Errorf("lane %d not registered", lane)
+				}
+				want := map[string]any{"v": "2", "entry_id": id, "topic": RequestTopic,
 					"priority": fmt.Sprint(int(tc.prio)), "timestamp": "1700000000", "entry": string(canon)}
 				if diff := cmp.Diff(want, msgs[0].Values); diff != "" {
 					t.Errorf("intake message (-want +got):\n%s", diff)
@@ -710,11 +721,11 @@ func inbox(t *testing.T, v env, opts ...func(*Entry)) (string, string) {
 	t.Helper()
 	ctx := context.Background()
 	id := v.post(t, mk(RequestTopic, opts...))
-	if err := v.rdb.XGroupCreateMkStream(ctx, v.k.Inbox(4), InboxGroup, "0").Err(); err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
+	if err := v.rdb.XGroupCreateMkStream(ctx, v.k.ModuleInbox("m", 4), InboxGroup, "0").Err(); err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
 		t.Fatal(err)
 	}
 	res, err := v.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: InboxGroup, Consumer: "c1",
-		Streams: []string{v.k.Inbox(4), ">"}, Count: 1, Block: -1}).Result()
+		Streams: []string{v.k.ModuleInbox("m", 4), ">"}, Count: 1, Block: -1}).Result()
 	if err != nil || len(res) != 1 || len(res[0].Messages) != 1 {
 		t.Fatalf("XREADGROUP = %v, %v", res, err)
 	}
@@ -723,7 +734,7 @@ func inbox(t *testing.T, v env, opts ...func(*Entry)) (string, string) {
 
 func pending(t *testing.T, v env) int64 {
 	t.Helper()
-	p, err := v.rdb.XPending(context.Background(), v.k.Inbox(4), InboxGroup).Result()
+	p, err := v.rdb.XPending(context.Background(), v.k.ModuleInbox("m", 4), InboxGroup).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -758,7 +769,7 @@ func TestConsume(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			ack := &StreamAck{Stream: v.k.Inbox(4), Group: InboxGroup, MessageID: msg}
+			ack := &StreamAck{Stream: v.k.ModuleInbox("m", 4), Group: InboxGroup, MessageID: msg}
 			if tc.badAck {
 				ack.Stream = "asi:bb:{elsewhere}:inbox:compute:p4"
 			}
@@ -813,7 +824,7 @@ func TestExpire(t *testing.T) {
 			t.Parallel()
 			v := newEnv(t, Config{})
 			id, msg := inbox(t, v, withStatus(tc.status), withTTL(3600))
-			err := v.s.Expire(ctx, id, &StreamAck{Stream: v.k.Inbox(4), Group: InboxGroup, MessageID: msg})
+			err := v.s.Expire(ctx, id, &StreamAck{Stream: v.k.ModuleInbox("m", 4), Group: InboxGroup, MessageID: msg})
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("Expire = %v, want %v", err, tc.wantErr)
 			}

@@ -39,25 +39,7 @@ const acceptConcurrency = 16
 // A request whose expiry fails here goes back to the inbox and is handed
 // out later; the error is returned only when nothing could be handed out.
 func (b *Broker) NextBatch(ctx context.Context, n int) ([]*Delivery, error) {
-	for {
-		n = max(n, 1)
-		ds := make([]*Delivery, 0, min(n, 64))
-		err := b.inbox.pop(ctx, n, func(e *entry) { ds = append(ds, handOut(e)) })
-		if err != nil {
-			return nil, err
-		}
-		out, err := b.handOffBatch(ctx, ds)
-		if len(out) > 0 {
-			if err != nil {
-				b.log.Warn("next batch: some requests go back to the inbox", "err", err)
-			}
-			b.m.handedOut.Add(int64(len(out)))
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("broker: next batch: %w", err)
-		}
-	}
+	return b.NextBatchAdmitted(ctx, n, nil)
 }
 
 // handOffBatch expires the deliveries of ds whose TTL has lapsed (acked in
@@ -142,6 +124,8 @@ func (b *Broker) AcceptBatch(ctx context.Context, ds []*Delivery) []AcceptResult
 			res[i].Created = true
 		case acceptWithdrawn:
 			withdrawnSt[i] = blackboard.Status(jobID)
+		case acceptWrongType:
+			withdrawnSt[i] = blackboard.Status(wrongTypePrefix + jobID)
 		default:
 			lookup = append(lookup, i)
 			lookupIDs[i] = jobID
@@ -227,8 +211,7 @@ func (b *Broker) AcceptBatch(ctx context.Context, ds []*Delivery) []AcceptResult
 func (b *Broker) ackBatch(ctx context.Context, ds []*Delivery) []error {
 	calls := make([]scriptCall, len(ds))
 	for i, d := range ds {
-		calls[i] = scriptCall{keys: []string{b.laneKey(d.Lane), b.keys.DLQ()},
-			args: []any{blackboard.InboxGroup, b.cfg.Consumer, d.MessageID}}
+		calls[i] = scriptCall{keys: b.ackKeys(d), args: b.ackArgs(d)}
 	}
 	errs := make([]error, len(ds))
 	for i, cmd := range b.evalBatch(ctx, scriptAck, calls) {

@@ -245,7 +245,7 @@ func TestAcceptBatch(t *testing.T) {
 	if st := bd.entryStatus(t, lost); st != blackboard.StatusActive {
 		t.Errorf("request with a lost lease %s, want active", st)
 	}
-	if n, _ := bd.rdb.HLen(ctx, bd.keys.JobsIdem()).Result(); n != 7 {
+	if n := bd.idemKeys(t); n != 7 {
 		t.Errorf("%d idempotency keys, want 7", n)
 	}
 	// Only the requeued request is left, in the lane and in the inbox.
@@ -321,7 +321,7 @@ func TestAcceptBatchAfterCrash(t *testing.T) {
 			t.Errorf("job entry %+v", jd)
 		}
 	}
-	if n, _ := bd.rdb.HLen(ctx, bd.keys.JobsIdem()).Result(); n != 3 {
+	if n := bd.idemKeys(t); n != 3 {
 		t.Errorf("%d idempotency keys", n)
 	}
 	if l, p := bd.laneTotals(t); l != 0 || p != 0 {
@@ -351,7 +351,7 @@ func TestAcceptBatchNoScript(t *testing.T) {
 			t.Errorf("%s: %+v", ds[i].EntryID, r)
 		}
 	}
-	if n, _ := bd.rdb.HLen(ctx, bd.keys.JobsIdem()).Result(); n != 3 {
+	if n := bd.idemKeys(t); n != 3 {
 		t.Errorf("%d idempotency keys", n)
 	}
 	if l, p := bd.laneTotals(t); l != 0 || p != 0 {
@@ -530,11 +530,19 @@ func TestReadNewBounded(t *testing.T) {
 			for _, p := range lanes {
 				bd.post(t, "m", fmt.Sprintf(`{"command":["x"],"priority":%d}`, p))
 			}
+			b.intakeMu.Lock()
+			if err := b.discoverLanes(ctx); err != nil {
+				t.Fatal(err)
+			}
+			b.intakeMu.Unlock()
 			if !lagKnown {
 				// A message deleted before the group read it leaves Redis
 				// unable to tell the group's lag.
 				for lane := range NumPriorities {
-					key := bd.keys.Inbox(lane)
+					if !slices.Contains(lanes, lane) {
+						continue
+					}
+					key := bd.keys.ModuleInbox("m", lane)
 					id, err := bd.rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: []any{"x", "y"}}).Result()
 					if err != nil {
 						t.Fatal(err)
@@ -543,9 +551,6 @@ func TestReadNewBounded(t *testing.T) {
 						t.Fatal(err)
 					}
 					gs, err := bd.rdb.XInfoGroups(ctx, key).Result()
-					if !slices.Contains(lanes, lane) {
-						continue // an empty lane's lag is 0
-					}
 					if err != nil || len(gs) != 1 || gs[0].Lag != -1 {
 						t.Fatalf("lane %d: groups %+v %v, want lag unknown (-1)", lane, gs, err)
 					}
@@ -581,9 +586,10 @@ func TestReadNewBounded(t *testing.T) {
 	}
 }
 
-// TestAcceptBatchStatusErrors: the status read (in accept.lua) fails only
-// the request whose entry key HGET refuses — its Err is set and its lease
-// is left to lapse, as for any failed Accept — and the others are accepted.
+// TestAcceptBatchStatusErrors: a request whose entry key is not a HASH
+// (accept.lua's status read cannot read it) is refused on its own — its
+// job is rejected and dead-lettered, not retried — and the others are
+// accepted.
 func TestAcceptBatchStatusErrors(t *testing.T) {
 	bd := newBoard(t)
 	b := bd.broker(t, Config{})
@@ -611,7 +617,8 @@ func TestAcceptBatchStatusErrors(t *testing.T) {
 	for i, r := range b.AcceptBatch(ctx, ds) {
 		switch {
 		case ds[i].EntryID == bad:
-			if r.Err == nil || errors.Is(r.Err, ErrLeaseLost) {
+			// Not a HASH: refused at once (TestNonHashEntry), never retried.
+			if r.Err != nil || r.Created || r.Job.Status != wire.JobRejected {
 				t.Errorf("accept of the request with the unreadable entry: %+v", r)
 			}
 		case r.Err != nil || !r.Created || r.Job.Status != wire.JobQueued:
@@ -623,8 +630,8 @@ func TestAcceptBatchStatusErrors(t *testing.T) {
 	if want := []string{ids[0], ids[2]}; !cmp.Equal(want, got, cmpopts.SortSlices(func(a, b string) bool { return a < b })) {
 		t.Fatalf("accepted %v, want %v", got, want)
 	}
-	if it, ok := b.inbox.Get(bad); !ok || !it.Leased {
-		t.Fatalf("the request with the unreadable entry is not held (leased) in the inbox: %+v, %v", it, ok)
+	if it, ok := b.inbox.Get(bad); ok {
+		t.Fatalf("the request with the unreadable entry is still held: %+v", it)
 	}
 	if _, err := b.GetJob(ctx, wire.JobID(bad)); !errors.Is(err, ErrNotFound) {
 		t.Errorf("job record of the failed request: %v, want none", err)

@@ -32,13 +32,18 @@ type Broker struct {
 	log   *slog.Logger
 	inbox *Inbox
 	admit *admission
-	lanes []string // intake lane keys, most urgent (p9) first
 	m     *counters
 
 	intakeMu    sync.Mutex
-	ownCursor   [NumPriorities]string // guarded by intakeMu; own-pending read position per lane, "" = done
-	claimCursor [NumPriorities]string // guarded by intakeMu; XAUTOCLAIM cursor per lane
-	backlog     atomic.Bool           // the last feed read filled the free room: more is waiting in the lanes
+	lanes       *laneSet                // guarded by intakeMu (replaced, never changed in place): the lanes read
+	lanesView   atomic.Pointer[laneSet] // lanes, for readers outside intakeMu (stats)
+	nlanes      atomic.Int64            // len(lanes.lanes), for the feed loop's waits
+	ownStarted  bool                    // guarded by intakeMu; the first own-pending re-read has begun (lanes found later have none)
+	regSeen     int64                   // guarded by intakeMu; lane registry size when last read (-1: never)
+	regNow      int64                   // guarded by intakeMu; lane registry size as the last read saw it
+	ownCursor   map[string]string       // guarded by intakeMu; own-pending read position per lane key, "" = done
+	claimCursor map[string]string       // guarded by intakeMu; XAUTOCLAIM cursor per lane key
+	backlog     atomic.Bool             // the last feed read filled the free room: more is waiting in the lanes
 
 	replyBufs replyBufs // raw XREADGROUP reply buffers, reused (resp.go)
 
@@ -57,13 +62,19 @@ type Delivery struct {
 	Deliveries int              // times delivered so far, this one included (1 the first time)
 	Request    wire.Request     // decoded, defaults filled
 	Entry      blackboard.Entry // the entry as posted (from the intake message)
-	Lane       int              // intake lane it was read from
+	Lane       int              // priority of the intake lane it was read from
 	MessageID  string           // intake stream message id
 	Received   time.Time        // when this broker read it
 
 	lease    Lease
+	stream   string // the intake lane's key
 	raw      string // the intake message's entry field, kept for dead letters
-	replayed bool   // came back from the dead-letter stream: skips admission limits
+	replayed bool   // says it came back from the dead-letter stream (verified before it skips the admission limits)
+	selfOnly bool   // not the named entry's own message (ids or modules disagree): refused as itself only
+	poison   bool   // the entry did not decode or validate: it may not be the named entry's
+
+	oversize       int    // > 0: the message's size, measured by Redis; raw is only its prefix
+	oversizeDigest string // then the whole message's digest, as Redis computed it
 }
 
 // New returns a Broker for the board of store on rdb. It starts nothing;
@@ -87,17 +98,14 @@ func New(rdb redis.UniversalClient, store *blackboard.Store, cfg Config) (*Broke
 			MaxDeliveries: cfg.DeliveryLimit,
 			Clock:         cfg.Clock,
 		}),
-		admit:     newAdmission(cfg),
-		m:         newCounters(cfg.Clock),
-		replyBufs: make(replyBufs, 2*NumPriorities),
+		admit:       newAdmission(cfg),
+		m:           newCounters(cfg.Clock),
+		replyBufs:   make(replyBufs, 2*NumPriorities),
+		regSeen:     -1,
+		ownCursor:   map[string]string{},
+		claimCursor: map[string]string{},
 	}
-	for lane := NumPriorities - 1; lane >= 0; lane-- {
-		b.lanes = append(b.lanes, b.keys.Inbox(lane))
-	}
-	for i := range b.ownCursor {
-		b.ownCursor[i] = "0-0"
-		b.claimCursor[i] = "0-0"
-	}
+	b.setLanes(newLaneSet(b.legacyLanes()))
 	return b, nil
 }
 
@@ -105,18 +113,21 @@ func New(rdb redis.UniversalClient, store *blackboard.Store, cfg Config) (*Broke
 // Requests enter it only through the feed; callers should not Push or Pop.
 func (b *Broker) Inbox() *Inbox { return b.inbox }
 
-// laneKey returns the key of lane 0..9.
-func (b *Broker) laneKey(lane int) string { return b.lanes[NumPriorities-1-lane] }
-
 // EnsureGroups creates the consumer group on every intake lane (and the
 // lanes themselves), starting at the beginning so that requests posted
-// before any broker ran are read. Run calls it; it is idempotent.
+// before any broker ran are read: the legacy shared lanes of a trusted
+// board, and every per-module lane in the lane registry. Run calls it; it
+// is idempotent.
 func (b *Broker) EnsureGroups(ctx context.Context) error {
-	for _, key := range b.lanes {
-		err := b.rdb.XGroupCreateMkStream(ctx, key, blackboard.InboxGroup, "0").Err()
-		if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-			return fmt.Errorf("broker: create group on %s: %w", key, err)
+	b.intakeMu.Lock()
+	defer b.intakeMu.Unlock()
+	for _, l := range b.lanes.lanes {
+		if err := b.createGroup(ctx, l.key); err != nil {
+			return err
 		}
+	}
+	if err := b.discoverLanes(ctx); err != nil {
+		return fmt.Errorf("broker: %w", err)
 	}
 	return nil
 }
@@ -141,6 +152,7 @@ func (b *Broker) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error { b.tickLoop(ctx, "expiry", b.cfg.ExpiryInterval, b.expiryStep); return nil })
+	g.Go(func() error { b.tickLoop(ctx, "cancel check", b.cfg.CancelCheckInterval, b.cancelStep); return nil })
 	g.Go(func() error { b.eventsLoop(ctx); return nil })
 	return g.Wait()
 }
@@ -160,10 +172,11 @@ func (b *Broker) feedLoop(ctx context.Context) {
 			}
 			continue
 		}
-		if b.inbox.Free() < NumPriorities {
+		if n := int(b.nlanes.Load()); n == 0 || b.inbox.Free() < max(n, NumPriorities) {
 			// Full, or too little room for a bounded blocking read: wait
 			// for the adapter to make room (backpressure: unread requests
-			// stay in Redis).
+			// stay in Redis). With no lane yet (a board with ACLs before
+			// its first module posts), look for new lanes now and then.
 			t := time.NewTimer(b.cfg.ReadBlock / 10)
 			select {
 			case <-ctx.Done():
@@ -329,6 +342,9 @@ func (b *Broker) settle(ctx context.Context, d *Delivery, st string, err error) 
 		// Removed or evicted: the intake message carries the entry, and its
 		// TTL has not lapsed, so it goes ahead.
 		return true, nil
+	case isWrongType(err): // the entry key is not a HASH: refused at once
+		_, err = b.refuseWrongType(ctx, d, "")
+		return false, err
 	case err != nil:
 		return false, err
 	}

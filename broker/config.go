@@ -38,6 +38,25 @@ type Config struct {
 	// Default 5.
 	DeliveryLimit int
 
+	// Identity says where a request's module comes from: IdentityTrusted
+	// (the entry's source_module; the legacy shared lanes are read as well
+	// as the per-module lanes: a board without Redis ACLs) or IdentityACL
+	// (the intake lane's key, which each module's ACL user is confined to;
+	// only per-module lanes are read, and a request whose source_module or
+	// entry id names another module is refused with identity_mismatch).
+	// Default IdentityTrusted.
+	Identity string
+	// MayBill reports whether module may bill account (a request's
+	// data.account; its default is the module itself). A refused request is
+	// rejected with account_not_allowed. Default nil: with IdentityACL a
+	// module may bill only its own account; with IdentityTrusted any.
+	MayBill func(module, account string) bool
+	// CancelCheckInterval is how often Run re-reads the request entry status
+	// of every active job, so that a retraction written as a plain status
+	// change (no event), or one whose event was missed, still cancels the
+	// job. Default 2s.
+	CancelCheckInterval time.Duration
+
 	// ModuleRate is each source module's sustained admission rate, requests
 	// per second (token bucket); a request over it is rejected with
 	// rate_limited. Default 100; negative means unlimited.
@@ -59,10 +78,45 @@ type Config struct {
 	// the inbox and dead-letters leases past DeliveryLimit. Default 1s.
 	ExpiryInterval time.Duration
 
-	// OperatorToken guards the mutating operator endpoints (POST, DELETE):
-	// they need "Authorization: Bearer <OperatorToken>". Default "": those
-	// endpoints answer 403 and only reads are served.
+	// OperatorToken guards the mutating operator endpoints (POST, DELETE)
+	// and the reads that expose request payloads or environments (one held
+	// request, the dead letters): they need "Authorization: Bearer
+	// <OperatorToken>". Default "": those endpoints answer 403 and only the
+	// non-sensitive reads are served.
 	OperatorToken string
+	// PublicReads serves every read endpoint without a token. Environment
+	// values are still redacted for callers without the token. Default
+	// false.
+	PublicReads bool
+
+	// DLQMaxLen caps the dead-letter stream's length: each new dead letter
+	// trims the oldest beyond it. Default 100000; negative: no cap.
+	DLQMaxLen int
+	// DLQMaxAge drops dead letters older than this (by stream id) whenever
+	// a dead letter is written. Default 7 days; negative: no age limit.
+	DLQMaxAge time.Duration
+	// DLQEntryBytes is how much of a refused entry a dead letter keeps
+	// verbatim; a longer one keeps its first DLQEntryBytes bytes, its size
+	// and its sha256, and cannot be replayed. Default 16 KiB.
+	DLQEntryBytes int
+	// JobRetention is how long a terminal job's record P:job:<id> and the
+	// idempotency key that maps to it are kept after the job ends; while a
+	// job is active neither expires. Default 7 days; negative: kept forever.
+	JobRetention time.Duration
+	// MaxMessageBytes and MaxReadBytes bound what one intake read may hold:
+	// a read takes at most MaxReadBytes/MaxMessageBytes messages, and a
+	// message field over MaxMessageBytes is never held whole: it is
+	// streamed through sha256 as it arrives, only its first DLQEntryBytes
+	// are kept, and the request is dead-lettered payload_too_large with its
+	// size and digest. Default MaxMessageBytes 260 KiB (wire.MaxEntryBytes
+	// plus the message's other fields), MaxReadBytes 64 MiB (252 messages
+	// a read).
+	MaxMessageBytes int
+	MaxReadBytes    int
+	// MetricsTopModules bounds the module label of the per-module metrics:
+	// the K modules holding the most requests get their own series, the
+	// rest are summed under module="_other" (OtherModules). Default 20.
+	MetricsTopModules int
 
 	// Check is the adapter's admission hook, run on every decoded request
 	// before it enters the inbox (templates, allowlist, impossible
@@ -125,6 +179,33 @@ func (c *Config) fill() error {
 	if c.ExpiryInterval == 0 {
 		c.ExpiryInterval = time.Second
 	}
+	if c.Identity == "" {
+		c.Identity = IdentityTrusted
+	}
+	if c.CancelCheckInterval == 0 {
+		c.CancelCheckInterval = 2 * time.Second
+	}
+	if c.DLQMaxLen == 0 {
+		c.DLQMaxLen = 100000
+	}
+	if c.DLQMaxAge == 0 {
+		c.DLQMaxAge = 7 * 24 * time.Hour
+	}
+	if c.DLQEntryBytes == 0 {
+		c.DLQEntryBytes = 16 << 10
+	}
+	if c.JobRetention == 0 {
+		c.JobRetention = 7 * 24 * time.Hour
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = wire.MaxEntryBytes + 4<<10
+	}
+	if c.MaxReadBytes == 0 {
+		c.MaxReadBytes = 64 << 20
+	}
+	if c.MetricsTopModules == 0 {
+		c.MetricsTopModules = 20
+	}
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
 	}
@@ -140,6 +221,14 @@ func (c *Config) fill() error {
 		return fmt.Errorf("broker: config: DeliveryLimit %d < 0", c.DeliveryLimit)
 	case c.ModuleBurst < 0:
 		return fmt.Errorf("broker: config: ModuleBurst %d < 0", c.ModuleBurst)
+	case c.DLQEntryBytes < 0, c.MaxMessageBytes < 0, c.MaxReadBytes < 0, c.MetricsTopModules < 0:
+		return fmt.Errorf("broker: config: negative byte or label bound")
+	case c.MaxReadBytes < c.MaxMessageBytes:
+		return fmt.Errorf("broker: config: MaxReadBytes %d < MaxMessageBytes %d", c.MaxReadBytes, c.MaxMessageBytes)
+	case c.Identity != IdentityTrusted && c.Identity != IdentityACL:
+		return fmt.Errorf("broker: config: Identity %q, want %q or %q", c.Identity, IdentityTrusted, IdentityACL)
+	case c.CancelCheckInterval < 0:
+		return fmt.Errorf("broker: config: negative CancelCheckInterval")
 	case c.ClaimIdle < time.Millisecond:
 		return fmt.Errorf("broker: config: ClaimIdle %v under 1ms", c.ClaimIdle)
 	}

@@ -28,7 +28,8 @@ const (
 
 // message is one intake stream message as read.
 type message struct {
-	lane       int
+	lane       int   // the lane's priority
+	src        *lane // the lane it was read from
 	id         string
 	fields     msgFields
 	deliveries int // including the read that returned it
@@ -63,6 +64,11 @@ func (f *msgFields) set(k, v string) {
 func (b *Broker) feedStep(ctx context.Context, block time.Duration) (int, error) {
 	b.intakeMu.Lock()
 	defer b.intakeMu.Unlock()
+	if b.regSeen != b.regNow {
+		if err := b.discoverLanes(ctx); err != nil {
+			return 0, err
+		}
+	}
 	n, err := b.readOwn(ctx)
 	if err != nil {
 		return n, err
@@ -73,14 +79,25 @@ func (b *Broker) feedStep(ctx context.Context, block time.Duration) (int, error)
 		return n, nil
 	}
 	msgs, err := b.readNew(ctx, room)
+	if err == nil && b.regSeen != b.regNow {
+		// New lanes were registered: read them now, not a step later.
+		if err = b.discoverLanes(ctx); err == nil && room > len(msgs) {
+			var more []message
+			more, err = b.readNew(ctx, room-len(msgs))
+			msgs = append(msgs, more...)
+		}
+	}
 	if err != nil {
 		b.m.read.Add(int64(len(msgs)))
 		b.m.intake.add(len(msgs))
 		return n + len(msgs), errors.Join(err, b.ingest(ctx, msgs))
 	}
 	b.backlog.Store(len(msgs) == room)
-	if len(msgs) == 0 && block > 0 && room >= NumPriorities && n == 0 {
-		msgs, err = b.readBlocking(ctx, room, block)
+	if len(msgs) == 0 && block > 0 && room >= len(b.lanes.lanes) && n == 0 && b.regSeen == b.regNow {
+		// A module's first request on a lane waits in a lane this read does
+		// not block on: wait a tenth of block, so the next step's read
+		// (which sees the lane registry grow) finds it soon.
+		msgs, err = b.readBlocking(ctx, room, max(block/laneCheckDivisor, time.Millisecond))
 		if err != nil {
 			return n, err
 		}
@@ -90,6 +107,10 @@ func (b *Broker) feedStep(ctx context.Context, block time.Duration) (int, error)
 	ahead, err := b.ingestReadingAhead(ctx, msgs)
 	return n + len(msgs) + ahead, err
 }
+
+// laneCheckDivisor: a blocking read waits ReadBlock/laneCheckDivisor, so
+// a lane registered meanwhile is found that soon.
+const laneCheckDivisor = 10
 
 // readAheadRounds bounds the reads one feed step makes ahead of its
 // ingestion (intakeMu is held throughout the step).
@@ -145,23 +166,24 @@ func (b *Broker) ingestReadingAhead(ctx context.Context, msgs []message) (int, e
 // readOwn re-reads, once per lane, the messages still pending for this
 // consumer name from an earlier run.
 func (b *Broker) readOwn(ctx context.Context) (int, error) {
+	b.ownStarted = true
 	total := 0
-	for lane := NumPriorities - 1; lane >= 0; lane-- {
-		for b.ownCursor[lane] != "" {
-			room := min(b.inbox.Free(), 256)
+	for _, l := range b.lanes.lanes {
+		for b.ownCursor[l.key] != "" {
+			room := min(b.inbox.Free(), 256, b.readCap())
 			if room <= 0 {
 				return total, nil
 			}
-			res, err := scriptOwn.Run(ctx, b.rdb, []string{b.laneKey(lane)},
-				blackboard.InboxGroup, b.cfg.Consumer, b.ownCursor[lane], room).Slice()
+			res, err := scriptOwn.Run(ctx, b.rdb, []string{l.key},
+				blackboard.InboxGroup, b.cfg.Consumer, b.ownCursor[l.key], room, b.cfg.MaxMessageBytes, b.cfg.DLQEntryBytes).Slice()
 			if err != nil {
-				return total, fmt.Errorf("read own pending p%d: %w", lane, err)
+				return total, fmt.Errorf("read own pending %s: %w", l.key, err)
 			}
-			msgs := parseCounted(lane, res)
+			msgs := parseCounted(l, res)
 			if len(res) < room {
-				b.ownCursor[lane] = ""
+				b.ownCursor[l.key] = ""
 			} else if len(msgs) > 0 {
-				b.ownCursor[lane] = msgs[len(msgs)-1].id
+				b.ownCursor[l.key] = msgs[len(msgs)-1].id
 			}
 			b.m.read.Add(int64(len(msgs)))
 			total += len(msgs)
@@ -173,51 +195,65 @@ func (b *Broker) readOwn(ctx context.Context) (int, error) {
 	return total, nil
 }
 
-// readNew reads up to room new messages, most urgent lane first: read.lua
-// plans the read in one round trip, then the planned lanes are read with
-// XREADGROUP in one pipeline. Messages read before an error are returned
-// with it (they are delivered: dropping them would leave them pending).
+// readNew reads up to room new messages, most urgent level first and,
+// within a level, the room split fairly across the lanes (the modules)
+// that have messages: read.lua plans the read in one round trip, then the
+// planned lanes are read with XREADGROUP in one pipeline. Messages read
+// before an error are returned with it (they are delivered: dropping them
+// would leave them pending). It also notes the lane registry's size, so
+// the next feed step discovers new lanes.
 func (b *Broker) readNew(ctx context.Context, room int) ([]message, error) {
-	res, err := scriptRead.Run(ctx, b.rdb, b.lanes, blackboard.InboxGroup, b.cfg.Consumer, room).Slice()
+	room = min(room, b.readCap()) // the read's byte budget (budget.go)
+	ls := b.lanes
+	keys := append(ls.keys(), b.keys.InboxLanes())
+	args := []any{blackboard.InboxGroup, b.cfg.Consumer, room}
+	for _, n := range ls.levels {
+		args = append(args, n)
+	}
+	res, err := scriptRead.Run(ctx, b.rdb, keys, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("read: %w", err)
 	}
-	if len(res) != 2 {
+	if len(res) != 3 {
 		return nil, fmt.Errorf("read: unexpected reply %v", res)
 	}
 	plan, _ := res[0].([]any)
 	inline, _ := res[1].([]any)
-	byLane := make([][]message, len(b.lanes)) // by KEYS index, most urgent first
+	if n, ok := res[2].(int64); ok {
+		b.regNow = n
+	}
+	byLane := make([][]message, len(ls.lanes)) // by KEYS index, most urgent first
 	for _, r := range inline {
 		t, _ := r.([]any)
 		if len(t) != 3 {
 			continue
 		}
 		i, _ := t[0].(int64)
-		if i < 1 || int(i) > len(b.lanes) {
+		if i < 1 || int(i) > len(ls.lanes) {
 			continue
 		}
 		id, _ := t[1].(string)
-		byLane[i-1] = append(byLane[i-1], message{lane: NumPriorities - int(i), id: id, fields: parseFields(t[2]), deliveries: 1})
+		l := ls.lanes[i-1]
+		byLane[i-1] = append(byLane[i-1], message{lane: l.prio, src: l, id: id, fields: parseFields(t[2]), deliveries: 1})
 	}
 	var errs []error
 	if len(plan) > 0 {
 		// The replies are streamed raw, one after the other, into one
 		// reused buffer and parsed in place (resp.go): one allocation per
 		// message.
-		cmds := make([]*redis.RawWriteToCmd, len(b.lanes))
+		cmds := make([]*redis.RawWriteToCmd, len(ls.lanes))
 		var order []int // lanes (KEYS index - 1) in pipeline order
-		buf := b.replyBufs.get()
+		buf := b.replyBufs.get().capped(b.cfg.MaxMessageBytes, b.cfg.MaxReadBytes, b.cfg.DLQEntryBytes)
 		defer b.replyBufs.put(buf)
 		_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for k := 0; k+1 < len(plan); k += 2 {
 				i, _ := plan[k].(int64)
 				n, _ := plan[k+1].(int64)
-				if i < 1 || int(i) > len(b.lanes) || n <= 0 || cmds[i-1] != nil {
+				if i < 1 || int(i) > len(ls.lanes) || n <= 0 || cmds[i-1] != nil {
 					continue
 				}
 				cmds[i-1] = redis.NewRawWriteToCmd(ctx, buf, "XREADGROUP", "GROUP", blackboard.InboxGroup,
-					b.cfg.Consumer, "COUNT", n, "STREAMS", b.lanes[i-1], ">")
+					b.cfg.Consumer, "COUNT", n, "STREAMS", ls.lanes[i-1].key, ">")
 				_ = p.Process(ctx, cmds[i-1])
 				order = append(order, int(i-1))
 			}
@@ -229,17 +265,22 @@ func (b *Broker) readNew(ctx context.Context, room int) ([]message, error) {
 			if err != nil {
 				// The buffer's layout past this reply is unknown: the
 				// lanes not parsed keep their messages pending (reclaimed).
-				errs = append(errs, fmt.Errorf("read %s: %w", b.lanes[k], err))
+				errs = append(errs, fmt.Errorf("read %s: %w", ls.lanes[k].key, err))
 				break
 			}
-			if off+int(n) > len(buf.b) {
-				errs = append(errs, fmt.Errorf("read %s: %w: reply overruns the buffer", b.lanes[k], errBadReply))
+			lo, hi := buf.span(off, int(n)) // oversized fields were cut (resp.go)
+			if hi > len(buf.b) {
+				errs = append(errs, fmt.Errorf("read %s: %w: reply overruns the buffer", ls.lanes[k].key, errBadReply))
 				break
 			}
-			byLane[k], err = parseStreamReply(buf.b[off:off+int(n)], NumPriorities-1-k, byLane[k])
+			before := len(byLane[k])
+			byLane[k], err = parseStreamReply(buf.b[lo:hi], ls.lanes[k].prio, byLane[k])
+			for j := before; j < len(byLane[k]); j++ {
+				byLane[k][j].src = ls.lanes[k]
+			}
 			off += int(n)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("read %s: %w", b.lanes[k], err))
+				errs = append(errs, fmt.Errorf("read %s: %w", ls.lanes[k].key, err))
 			}
 		}
 	}
@@ -265,16 +306,22 @@ func (b *Broker) readNew(ctx context.Context, room int) ([]message, error) {
 }
 
 // readBlocking waits up to block for new messages on all lanes. COUNT
-// applies per lane, so room/NumPriorities per lane keeps the total in room.
+// applies per lane, so room/len(lanes) per lane keeps the total in room
+// (the caller makes sure room is at least the number of lanes).
 func (b *Broker) readBlocking(ctx context.Context, room int, block time.Duration) ([]message, error) {
-	streams := make([]string, 0, 2*len(b.lanes))
-	streams = append(streams, b.lanes...)
-	for range b.lanes {
+	room = min(room, b.readCap()) // the read's byte budget (budget.go)
+	ls := b.lanes
+	if len(ls.lanes) == 0 || room < len(ls.lanes) {
+		return nil, nil
+	}
+	streams := make([]string, 0, 2*len(ls.lanes))
+	streams = append(streams, ls.keys()...)
+	for range ls.lanes {
 		streams = append(streams, ">")
 	}
 	res, err := b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group: blackboard.InboxGroup, Consumer: b.cfg.Consumer, Streams: streams,
-		Count: int64(room / NumPriorities), Block: block,
+		Count: int64(room / len(ls.lanes)), Block: block,
 	}).Result()
 	if errors.Is(err, redis.Nil) || (err != nil && ctx.Err() != nil) {
 		return nil, nil
@@ -284,26 +331,20 @@ func (b *Broker) readBlocking(ctx context.Context, room int, block time.Duration
 	}
 	var msgs []message
 	for _, st := range res {
-		lane := b.laneOf(st.Stream)
+		l := ls.byKey[st.Stream]
+		if l == nil {
+			continue
+		}
 		for _, m := range st.Messages {
 			var f msgFields
 			for k, v := range m.Values {
 				s, _ := v.(string)
 				f.set(k, s)
 			}
-			msgs = append(msgs, message{lane: lane, id: m.ID, fields: f, deliveries: 1})
+			msgs = append(msgs, message{lane: l.prio, src: l, id: m.ID, fields: f, deliveries: 1})
 		}
 	}
 	return msgs, nil
-}
-
-func (b *Broker) laneOf(key string) int {
-	for i, k := range b.lanes {
-		if k == key {
-			return NumPriorities - 1 - i
-		}
-	}
-	return -1
 }
 
 // reclaimStep keeps this broker's claim on the requests it holds (so a
@@ -314,28 +355,31 @@ func (b *Broker) laneOf(key string) int {
 func (b *Broker) reclaimStep(ctx context.Context) (int, error) {
 	b.intakeMu.Lock()
 	defer b.intakeMu.Unlock()
+	if err := b.discoverLanes(ctx); err != nil {
+		return 0, err
+	}
 	if err := b.refresh(ctx); err != nil {
 		return 0, err
 	}
 	total := 0
-	for lane := NumPriorities - 1; lane >= 0; lane-- {
-		room := min(b.inbox.Free(), 256)
+	for _, l := range b.lanes.lanes {
+		room := min(b.inbox.Free(), 256, b.readCap())
 		if room <= 0 {
 			break
 		}
-		res, err := scriptClaim.Run(ctx, b.rdb, []string{b.laneKey(lane)}, blackboard.InboxGroup,
-			b.cfg.Consumer, b.cfg.ClaimIdle.Milliseconds(), b.claimCursor[lane], room).Slice()
+		res, err := scriptClaim.Run(ctx, b.rdb, []string{l.key}, blackboard.InboxGroup,
+			b.cfg.Consumer, b.cfg.ClaimIdle.Milliseconds(), b.claimCursor[l.key], room, b.cfg.MaxMessageBytes, b.cfg.DLQEntryBytes).Slice()
 		if err != nil {
-			return total, fmt.Errorf("reclaim p%d: %w", lane, err)
+			return total, fmt.Errorf("reclaim %s: %w", l.key, err)
 		}
 		if len(res) != 3 {
-			return total, fmt.Errorf("reclaim p%d: unexpected reply %v", lane, res)
+			return total, fmt.Errorf("reclaim %s: unexpected reply %v", l.key, res)
 		}
-		b.claimCursor[lane], _ = res[0].(string)
-		msgs := parseCounted(lane, res[1])
+		b.claimCursor[l.key], _ = res[0].(string)
+		msgs := parseCounted(l, res[1])
 		if del, _ := res[2].([]any); len(del) > 0 {
 			b.log.Warn("pending requests were deleted from their lane before being finished",
-				"queue", b.laneKey(lane), "count", len(del))
+				"queue", l.key, "count", len(del))
 		}
 		total += len(msgs)
 		b.m.reclaimed.Add(int64(len(msgs)))
@@ -350,11 +394,11 @@ func (b *Broker) reclaimStep(ctx context.Context) (int, error) {
 // forgets those it no longer owns (finished, or taken over by another
 // broker while this one was cut off).
 func (b *Broker) refresh(ctx context.Context) error {
-	byLane := map[int][]string{}
+	byLane := map[string][]string{}
 	owner := map[string]string{} // message id -> entry id
 	for _, h := range b.inbox.Snapshot() {
 		d := h.Value.(*Delivery)
-		byLane[d.Lane] = append(byLane[d.Lane], d.MessageID)
+		byLane[d.stream] = append(byLane[d.stream], d.MessageID)
 		owner[d.MessageID] = d.EntryID
 	}
 	for lane, ids := range byLane {
@@ -365,9 +409,9 @@ func (b *Broker) refresh(ctx context.Context) error {
 			for _, id := range chunk {
 				args = append(args, id)
 			}
-			lost, err := scriptRefresh.Run(ctx, b.rdb, []string{b.laneKey(lane)}, args...).StringSlice()
+			lost, err := scriptRefresh.Run(ctx, b.rdb, []string{lane}, args...).StringSlice()
 			if err != nil {
-				return fmt.Errorf("refresh p%d: %w", lane, err)
+				return fmt.Errorf("refresh %s: %w", lane, err)
 			}
 			n := 0
 			for _, id := range lost {
@@ -379,7 +423,7 @@ func (b *Broker) refresh(ctx context.Context) error {
 			if n > 0 {
 				b.m.lost.Add(int64(n))
 				b.log.Warn("held requests were finished or taken over elsewhere; forgot them",
-					"queue", b.laneKey(lane), "count", n)
+					"queue", lane, "count", n)
 			}
 		}
 	}
@@ -475,10 +519,38 @@ func decodeAll(b *Broker, msgs []message, now time.Time) []decodedMsg {
 
 func (b *Broker) ingestOne(ctx context.Context, m message, d *Delivery, werr *wire.Error) error {
 	now := b.cfg.Clock.Now()
-	if d.EntryID == "" {
-		// Not even an entry id: nothing to attach a job entry to.
+	if d.EntryID == "" || d.selfOnly {
+		// Not even an entry id, or not the named entry's own message (ids
+		// or modules disagree): refused as itself, leaving the entry it
+		// names, and any job of that entry, alone.
 		b.m.rejected(string(werr.Code))
-		return b.ack(ctx, d, deadFields(d, ReasonInvalid, werr, now))
+		return b.ack(ctx, d, b.deadFields(d, ReasonInvalid, werr, now))
+	}
+	if d.poison {
+		// Undecodable: it may be anyone's message naming this entry. If
+		// the entry is held here under another message, or already has a
+		// job, refuse only the message.
+		other, err := b.namedElsewhere(ctx, d)
+		if err != nil {
+			return err
+		}
+		if other {
+			b.m.rejected(string(werr.Code))
+			return b.ack(ctx, d, b.deadFields(d, ReasonInvalid, werr, now))
+		}
+	}
+	if d.replayed {
+		// Only an operator replay, recorded where posters cannot write,
+		// counts (and only its first delivery skips the limits below).
+		ok := false
+		if m.deliveries == 1 {
+			n, err := b.rdb.SRem(ctx, b.keys.Replayed(), replayedMember(d.MessageID, d.stream)).Result()
+			if err != nil {
+				return fmt.Errorf("verify replay: %w", err)
+			}
+			ok = n == 1
+		}
+		d.replayed = ok
 	}
 	if m.deliveries > 1 {
 		handOff, done, err := b.resume(ctx, d, werr == nil)
@@ -495,6 +567,10 @@ func (b *Broker) ingestOne(ctx context.Context, m message, d *Delivery, werr *wi
 	}
 	if werr != nil {
 		return b.deadLetter(ctx, d, ReasonInvalid, werr)
+	}
+	if !b.mayBill(d.Module, d.Request.Account) {
+		return b.deadLetter(ctx, d, ReasonRejected, &wire.Error{Code: wire.CodeAccountNotAllowed,
+			Message: fmt.Sprintf("module %q may not bill account %q", d.Module, d.Request.Account)})
 	}
 	if b.cfg.Check != nil {
 		if werr := b.cfg.Check(d.Request); werr != nil {
@@ -537,14 +613,26 @@ func (b *Broker) push(ctx context.Context, d *Delivery, m message, now time.Time
 func (b *Broker) decode(m message, now time.Time) (*Delivery, *wire.Error) {
 	d := &Delivery{Lane: m.lane, MessageID: m.id, Received: now, raw: m.fields.entry,
 		Deliveries: m.deliveries, replayed: m.fields.replayed == "1"}
+	if m.src != nil {
+		d.stream = m.src.key
+	}
 	if id := m.fields.entryID; blackboard.ValidID(id) {
 		d.EntryID, d.JobID = id, wire.JobID(id)
 	}
 	bad := func(code wire.Code, format string, a ...any) (*Delivery, *wire.Error) {
+		d.poison = true
 		return d, &wire.Error{Code: code, Message: fmt.Sprintf(format, a...)}
 	}
-	if v := m.fields.v; v != "1" {
-		return bad(wire.CodeUnsupportedVersion, "intake message version %q, want 1", v)
+	notOwn := func(code wire.Code, format string, a ...any) (*Delivery, *wire.Error) {
+		d.selfOnly = true
+		return bad(code, format, a...)
+	}
+	if v := m.fields.v; v != "1" && v != "2" {
+		return bad(wire.CodeUnsupportedVersion, "intake message version %q, want 1 or 2", v)
+	}
+	if size, sum, prefix, ok := parseOversize(d.raw); ok { // cut by the read (resp.go)
+		d.raw, d.oversize, d.oversizeDigest = prefix, size, sum
+		return bad(wire.CodePayloadTooLarge, "intake message field is %d bytes; the limit is %d", size, b.cfg.MaxMessageBytes)
 	}
 	if len(d.raw) > wire.MaxEntryBytes {
 		return bad(wire.CodePayloadTooLarge, "entry is %d bytes; the limit is %d", len(d.raw), wire.MaxEntryBytes)
@@ -557,16 +645,36 @@ func (b *Broker) decode(m message, now time.Time) (*Delivery, *wire.Error) {
 	case d.EntryID == "":
 		return bad(wire.CodeInvalidValue, "intake message has no valid entry_id")
 	case d.Entry.ID != d.EntryID:
-		return bad(wire.CodeInvalidValue, "entry_id %q does not match the entry's %q", d.EntryID, d.Entry.ID)
+		return notOwn(wire.CodeInvalidValue, "entry_id %q does not match the entry's %q", d.EntryID, d.Entry.ID)
 	case d.Entry.Topic != blackboard.RequestTopic:
 		return bad(wire.CodeInvalidValue, "topic %q is not %s", d.Entry.Topic, blackboard.RequestTopic)
 	}
 	if err := d.Entry.Validate(); err != nil {
 		return bad(wire.CodeInvalidValue, "entry: %v", err)
 	}
+	if l := m.src; l != nil && l.module != "" {
+		// A per-module lane: only its module (its Redis ACL user) can
+		// write it, so the lane says who posted.
+		// The entry id names the lane's module: the entry is the poster's
+		// own (on a board with ACLs only it can write that key), so a
+		// refusal may say so on its job entry. Any other id may be
+		// someone else's: then the message is refused as itself.
+		idm := blackboard.IDModule(d.EntryID)
+		own := idm == l.module
+		if !own && (idm != "" || b.cfg.Identity == IdentityACL) {
+			return notOwn(wire.CodeIdentityMismatch, "entry_id %q is not of the form %s:<32 hex> of the lane's module", d.EntryID, l.module)
+		}
+		if d.Entry.SourceModule != l.module {
+			if own {
+				return bad(wire.CodeIdentityMismatch, "source_module %q posted on the lane of module %q", d.Entry.SourceModule, l.module)
+			}
+			return notOwn(wire.CodeIdentityMismatch, "source_module %q posted on the lane of module %q", d.Entry.SourceModule, l.module)
+		}
+	}
 	d.Module = d.Entry.SourceModule
 	r, werr := wire.DecodeRequest(d.Entry.Data, entryInfo(d.Entry))
 	if werr != nil {
+		d.poison = true
 		return d, werr
 	}
 	d.Request, d.Priority = r, r.Priority
@@ -592,7 +700,7 @@ func entryInfo(e blackboard.Entry) wire.EntryInfo {
 // reports that the message needs nothing more.
 func (b *Broker) resume(ctx context.Context, d *Delivery, decoded bool) (handOff, done bool, err error) {
 	if decoded {
-		jobID, err := b.rdb.HGet(ctx, b.keys.JobsIdem(), d.Request.IdempotencyKey).Result()
+		jobID, err := b.idemJob(ctx, d)
 		switch {
 		case err == nil:
 			job, err := b.GetJob(ctx, jobID)
@@ -645,8 +753,12 @@ func (b *Broker) resume(ctx context.Context, d *Delivery, decoded bool) (handOff
 // Accept may have left queued for a redelivered request that is now being
 // refused, expired or cancelled, so it cannot run later (the job entry
 // follows the record). First deliveries cannot have one: no round trip.
+//
+// A message that did not decode (poison) never ends a record: it may be a
+// stranger's message naming another request, and a record is only ever
+// made for a message that decoded.
 func (b *Broker) retireRecord(ctx context.Context, d *Delivery, to wire.JobStatus, jerr *wire.JobError) error {
-	if d.Deliveries <= 1 && !d.replayed {
+	if d.Deliveries <= 1 && !d.replayed || d.poison {
 		return nil
 	}
 	u := JobUpdate{Error: jerr}
@@ -658,53 +770,6 @@ func (b *Broker) retireRecord(ctx context.Context, d *Delivery, to wire.JobStatu
 		return err
 	}
 	return nil
-}
-
-// deadLetter refuses a request: a rejected compute.job entry, the request
-// entry consumed, then the dead letter written and the message acked in one
-// step (ack.lua), in that order so a crash anywhere is finished by resume.
-func (b *Broker) deadLetter(ctx context.Context, d *Delivery, reason string, werr *wire.Error) error {
-	now := b.cfg.Clock.Now()
-	info := entryInfo(d.Entry)
-	if d.Entry.ID == "" { // undecodable entry: only the id is known
-		info = wire.EntryInfo{ID: d.EntryID}
-	}
-	jd := wire.RejectedJob(info, werr, epoch(now))
-	if d.Request.IdempotencyKey != "" {
-		jd.IdempotencyKey, jd.Account, jd.Priority = d.Request.IdempotencyKey, d.Request.Account, d.Request.Priority
-	}
-	if err := b.retireRecord(ctx, d, wire.JobFailed, &wire.JobError{Code: string(werr.Code), Message: werr.Message}); err != nil {
-		return err
-	}
-	if reason == ReasonDropped {
-		jd.Status, jd.ReasonCode = wire.JobCancelled, ""
-		jd.Error = &wire.JobError{Code: ReasonDropped, Message: werr.Message}
-	}
-	if _, err := b.putJobEntry(ctx, jd); err != nil {
-		return err
-	}
-	if err := b.consumeEntry(ctx, d.EntryID); err != nil {
-		return err
-	}
-	if err := b.ack(ctx, d, deadFields(d, reason, werr, now)); err != nil {
-		return err
-	}
-	if reason != ReasonDropped {
-		b.m.rejected(string(werr.Code))
-	}
-	b.log.Info("request dead-lettered", "entry_id", d.EntryID, "reason", reason, "code", werr.Code, "msg", werr.Message)
-	return nil
-}
-
-func deadFields(d *Delivery, reason string, werr *wire.Error, now time.Time) []any {
-	code, msg := "", ""
-	if werr != nil {
-		code, msg = string(werr.Code), werr.Message
-	}
-	return []any{
-		"entry_id", d.EntryID, "reason", reason, "code", code, "message", msg,
-		"entry", d.raw, "failed_at", formatEpoch(now), "deliveries", strconv.Itoa(d.Deliveries),
-	}
 }
 
 // expire ends a request whose TTL lapsed while it waited: an expired job
@@ -733,6 +798,7 @@ func (b *Broker) expireJob(ctx context.Context, d *Delivery) (wire.JobData, erro
 		return wire.JobData{}, err
 	}
 	b.m.expired.Add(1)
+	b.emitFinished(ctx, jd)
 	return jd, nil
 }
 
@@ -757,6 +823,7 @@ func (b *Broker) cancelQueuedJob(ctx context.Context, d *Delivery, why string) (
 		return wire.JobData{}, err
 	}
 	b.m.cancelled.Add(1)
+	b.emitFinished(ctx, jd)
 	return jd, nil
 }
 
@@ -774,11 +841,11 @@ func (b *Broker) jobDataFor(d *Delivery, st wire.JobStatus, jerr *wire.JobError,
 	return jd
 }
 
-// consumeEntry marks the request entry consumed; an entry that is gone or
-// already in another final status is fine.
+// consumeEntry marks the request entry consumed; an entry that is gone,
+// already in another final status, or not a HASH at all is fine.
 func (b *Broker) consumeEntry(ctx context.Context, id string) error {
 	err := b.store.Consume(ctx, id, nil)
-	if err != nil && !errors.Is(err, blackboard.ErrNotFound) && !errors.Is(err, blackboard.ErrConflict) {
+	if err != nil && !errors.Is(err, blackboard.ErrNotFound) && !errors.Is(err, blackboard.ErrConflict) && !isWrongType(err) {
 		return err
 	}
 	return nil
@@ -787,8 +854,8 @@ func (b *Broker) consumeEntry(ctx context.Context, id string) error {
 // ack finishes the intake message (ack.lua): XACK, XDEL and, with dead
 // fields, the dead letter, only while this consumer owns the message.
 func (b *Broker) ack(ctx context.Context, d *Delivery, dead []any) error {
-	args := append([]any{blackboard.InboxGroup, b.cfg.Consumer, d.MessageID}, dead...)
-	n, err := scriptAck.Run(ctx, b.rdb, []string{b.laneKey(d.Lane), b.keys.DLQ()}, args...).Int()
+	args := append(b.ackArgs(d), dead...)
+	n, err := scriptAck.Run(ctx, b.rdb, b.ackKeys(d), args...).Int()
 	if err != nil {
 		return fmt.Errorf("ack %s: %w", d.MessageID, err)
 	}
@@ -803,9 +870,11 @@ func (b *Broker) ack(ctx context.Context, d *Delivery, dead []any) error {
 
 // eventsStep watches the events stream for retracted requests: a queued
 // one is removed from the inbox and cancelled; an accepted one gets
-// cancel_requested on its job record and Config.OnCancel is called. With
-// block > 0 it waits up to block for events. The first call starts at the
-// end of the stream.
+// cancel_requested on its job record and Config.OnCancel is called. An
+// event is only a hint (any poster can write one): the request entry's own
+// status is read before anything is cancelled. With block > 0 it waits up
+// to block for events. The first call starts at the end of the stream. It
+// returns how many retractions it acted on.
 func (b *Broker) eventsStep(ctx context.Context, block time.Duration) (int, error) {
 	b.evMu.Lock()
 	defer b.evMu.Unlock()
@@ -836,30 +905,18 @@ func (b *Broker) eventsStep(ctx context.Context, block time.Duration) (int, erro
 		if json.Unmarshal(p.New, &st) != nil || st != string(blackboard.StatusRetracted) {
 			continue
 		}
-		n++
-		errs = append(errs, b.retracted(ctx, p.EntryID))
+		acted, err := b.retracted(ctx, p.EntryID)
+		if acted {
+			n++
+		}
+		errs = append(errs, err)
 	}
 	return n, errors.Join(errs...)
 }
 
-// retracted handles one retracted request entry.
-func (b *Broker) retracted(ctx context.Context, entryID string) error {
-	if it, ok := b.inbox.Remove(entryID); ok {
-		return b.cancelQueued(ctx, it.Value.(*Delivery), "request entry retracted before it started")
-	}
-	jobID := wire.JobID(entryID)
-	ok, err := b.markCancelRequested(ctx, jobID)
-	if err != nil || !ok {
-		return err
-	}
-	if b.cfg.OnCancel != nil {
-		b.cfg.OnCancel(Cancel{EntryID: entryID, JobID: jobID})
-	}
-	return nil
-}
-
-// parseCounted parses {{id, fields, deliveries}, ...} from own.lua and claim.lua.
-func parseCounted(lane int, v any) []message {
+// parseCounted parses {{id, fields, deliveries}, ...} from own.lua and
+// claim.lua, read from lane l.
+func parseCounted(l *lane, v any) []message {
 	rows, _ := v.([]any)
 	out := make([]message, 0, len(rows))
 	for _, r := range rows {
@@ -869,7 +926,7 @@ func parseCounted(lane int, v any) []message {
 		}
 		id, _ := t[0].(string)
 		n, _ := t[2].(int64)
-		out = append(out, message{lane: lane, id: id, fields: parseFields(t[1]), deliveries: int(n)})
+		out = append(out, message{lane: l.prio, src: l, id: id, fields: parseFields(t[1]), deliveries: int(n)})
 	}
 	return out
 }

@@ -89,17 +89,25 @@ func (bd *board) post(t testing.TB, module, data string, opts ...func(*blackboar
 
 func ttl(s float64) func(*blackboard.Entry) { return func(e *blackboard.Entry) { e.TTLSeconds = &s } }
 
-// laneTotals returns the summed XLEN and pending count of all lanes.
+// laneTotals returns the summed XLEN and pending count of all lanes: the
+// legacy shared ones and every module's.
 func (bd *board) laneTotals(t testing.TB) (length, pending int64) {
 	t.Helper()
 	ctx := context.Background()
+	keys, err := bd.rdb.Keys(ctx, bd.keys.ModuleInboxes()+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for lane := range NumPriorities {
-		n, err := bd.rdb.XLen(ctx, bd.keys.Inbox(lane)).Result()
+		keys = append(keys, bd.keys.Inbox(lane))
+	}
+	for _, key := range keys {
+		n, err := bd.rdb.XLen(ctx, key).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		length += n
-		p, err := bd.rdb.XPending(ctx, bd.keys.Inbox(lane), blackboard.InboxGroup).Result()
+		p, err := bd.rdb.XPending(ctx, key, blackboard.InboxGroup).Result()
 		if err == nil {
 			pending += p.Count
 		}
@@ -181,4 +189,14 @@ func accept(t testing.TB, b *Broker, d *Delivery) (Job, bool) {
 		t.Fatalf("Accept: %v", err)
 	}
 	return j, created
+}
+
+// idemKeys counts the board's per-module idempotency keys (P:jobs:idem:*).
+func (bd *board) idemKeys(t testing.TB) int64 {
+	t.Helper()
+	keys, err := bd.rdb.Keys(context.Background(), bd.keys.JobsIdem()+":*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int64(len(keys))
 }

@@ -217,13 +217,22 @@ func (in *Inbox) PopBatch(ctx context.Context, n int) ([]Item, []Lease, error) {
 // pop hands out up to n items (at least one, waiting for it), calling
 // take under the lock for each, leased, in hand-out order.
 func (in *Inbox) pop(ctx context.Context, n int, take func(*entry)) error {
+	return in.popAdmitted(ctx, n, nil, take)
+}
+
+// popAdmitted is pop over the items admit accepts (nil: all). admit runs
+// under the lock, on the head of each module queue in fair order; a module
+// whose head it refuses is passed over for this pop and keeps its place
+// (its pass). With items waiting but none admitted it waits like an empty
+// inbox, until ctx is done or something changes.
+func (in *Inbox) popAdmitted(ctx context.Context, n int, admit func(Item) bool, take func(*entry)) error {
 	for {
 		in.mu.Lock()
 		now := in.cfg.Clock.Now()
 		in.expireLocked(now)
 		got := 0
 		for got < n {
-			e := in.dequeue()
+			e := in.dequeueAdmitted(admit)
 			if e == nil {
 				break
 			}
@@ -523,6 +532,43 @@ func (in *Inbox) dequeue() *entry {
 		}
 		in.queued--
 		return e
+	}
+	return nil
+}
+
+// dequeueAdmitted is dequeue over the module queues whose head admit
+// accepts (nil: dequeue). Refused queues are lifted off the level's heap
+// while the next one is looked at, then put back with their pass intact.
+func (in *Inbox) dequeueAdmitted(admit func(Item) bool) *entry {
+	if admit == nil {
+		return in.dequeue()
+	}
+	for p := NumPriorities - 1; p >= 0; p-- {
+		lv := &in.levels[p]
+		var refused []*modQueue
+		for len(lv.active) > 0 && !admit(lv.active[0].items[0].e.Item) {
+			refused = append(refused, heap.Pop(&lv.active).(*modQueue))
+		}
+		var e *entry
+		if len(lv.active) > 0 {
+			q := lv.active[0]
+			e = q.items.pop()
+			lv.vtime = q.pass
+			q.pass++
+			if len(q.items) == 0 {
+				heap.Remove(&lv.active, q.index)
+				delete(lv.queues, q.module)
+			} else {
+				heap.Fix(&lv.active, q.index)
+			}
+			in.queued--
+		}
+		for _, q := range refused {
+			heap.Push(&lv.active, q)
+		}
+		if e != nil {
+			return e
+		}
 	}
 	return nil
 }

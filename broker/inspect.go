@@ -148,13 +148,16 @@ func (i *Inspector) Stats(ctx context.Context) (Stats, error) {
 	s.Accepted, s.Expired, s.Cancelled = b.m.accepted.Load(), b.m.expired.Load(), b.m.cancelled.Load()
 	s.DeadLettered, s.Lost, s.Rejected = b.m.deadLettered.Load(), b.m.lost.Load(), b.m.rejections()
 
-	var lens [NumPriorities]*redis.IntCmd
-	var pend [NumPriorities]*redis.XPendingCmd
+	var lens [NumPriorities][]*redis.IntCmd // per priority: every lane of that priority (lanes.go)
+	var pend [NumPriorities][]*redis.XPendingCmd
 	var dlq *redis.IntCmd
+	keys := b.LaneKeys()
 	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for lane := range NumPriorities {
-			lens[lane] = p.XLen(ctx, b.laneKey(lane))
-			pend[lane] = p.XPending(ctx, b.laneKey(lane), blackboard.InboxGroup)
+			for _, k := range keys[lane] {
+				lens[lane] = append(lens[lane], p.XLen(ctx, k))
+				pend[lane] = append(pend[lane], p.XPending(ctx, k, blackboard.InboxGroup))
+			}
 		}
 		dlq = p.XLen(ctx, b.keys.DLQ())
 		return nil
@@ -164,9 +167,11 @@ func (i *Inspector) Stats(ctx context.Context) (Stats, error) {
 	}
 	for lane := range NumPriorities {
 		l := &s.Lanes[lane]
-		l.Length = lens[lane].Val()
-		if pend[lane].Err() == nil {
-			l.Pending = pend[lane].Val().Count
+		for i := range lens[lane] {
+			l.Length += lens[lane][i].Val()
+			if pend[lane][i].Err() == nil {
+				l.Pending += pend[lane][i].Val().Count
+			}
 		}
 		l.Unread = max(0, l.Length-l.Pending)
 	}
@@ -208,9 +213,16 @@ type DeadLetter struct {
 	Reason     string          `json:"reason"` // Reason* constants
 	Code       string          `json:"code"`   // wire reason code; "" for dropped
 	Message    string          `json:"message"`
-	Entry      json.RawMessage `json:"entry"` // the request entry, canonical JSON (a JSON string if it was not JSON)
+	Entry      json.RawMessage `json:"entry"` // the request entry, canonical JSON (a JSON string if it was not JSON, or truncated)
 	FailedAt   float64         `json:"failed_at"`
 	Deliveries int             `json:"deliveries"`
+	// EntryBytes and EntryDigest ("sha256:<hex>", or "sha1:<hex>" for a
+	// message measured by Redis) describe the whole entry; Truncated: Entry
+	// holds only its first Config.DLQEntryBytes bytes (as a JSON string),
+	// and the dead letter cannot be replayed.
+	EntryBytes  int    `json:"entry_bytes,omitempty"`
+	EntryDigest string `json:"entry_digest,omitempty"`
+	Truncated   bool   `json:"truncated,omitempty"`
 }
 
 // DLQList returns up to count dead letters (default 100) after stream id
@@ -234,12 +246,17 @@ func (i *Inspector) DLQList(ctx context.Context, after string, count int) ([]Dea
 	return out, nil
 }
 
+// msgField is the string field k of stream message m.
+func msgField(m redis.XMessage, k string) string { v, _ := m.Values[k].(string); return v }
+
 func decodeDeadLetter(m redis.XMessage) DeadLetter {
-	s := func(k string) string { v, _ := m.Values[k].(string); return v }
+	s := func(k string) string { return msgField(m, k) }
 	dl := DeadLetter{ID: m.ID, EntryID: s("entry_id"), Reason: s("reason"), Code: s("code"), Message: s("message")}
 	dl.FailedAt, _ = strconv.ParseFloat(s("failed_at"), 64)
 	dl.Deliveries, _ = strconv.Atoi(s("deliveries"))
-	if e := s("entry"); json.Valid([]byte(e)) {
+	dl.EntryBytes, _ = strconv.Atoi(s("entry_bytes"))
+	dl.EntryDigest, dl.Truncated = s("entry_digest"), s("truncated") == "1"
+	if e := s("entry"); !dl.Truncated && json.Valid([]byte(e)) {
 		dl.Entry = json.RawMessage(e)
 	} else {
 		dl.Entry, _ = json.Marshal(e)
@@ -250,7 +267,10 @@ func decodeDeadLetter(m redis.XMessage) DeadLetter {
 // DLQReplay moves one dead letter back to its intake lane, once (the dead
 // letter is deleted in the same step). The replayed request skips the
 // per-module admission limits but is otherwise decoded, checked and expired
-// as usual. It returns the new intake message id.
+// as usual. It returns the new intake message id. A truncated dead letter
+// (its entry was over Config.DLQEntryBytes) is refused with ErrTruncated:
+// only the start of the entry was kept, so it cannot be replayed
+// faithfully; the poster must post the request again.
 func (i *Inspector) DLQReplay(ctx context.Context, id string) (string, error) {
 	msgs, err := i.b.rdb.XRangeN(ctx, i.b.keys.DLQ(), id, id, 1).Result()
 	if err != nil {
@@ -260,14 +280,21 @@ func (i *Inspector) DLQReplay(ctx context.Context, id string) (string, error) {
 		return "", fmt.Errorf("broker: replay %s: %w", id, ErrNotFound)
 	}
 	dl := decodeDeadLetter(msgs[0])
+	if dl.Truncated {
+		return "", fmt.Errorf("broker: replay %s: %w: it keeps %d of the entry's %d bytes (%s); post the request again",
+			id, ErrTruncated, len(msgField(msgs[0], "entry")), dl.EntryBytes, dl.EntryDigest)
+	}
 	var e blackboard.Entry
 	if err := json.Unmarshal(dl.Entry, &e); err != nil || e.ID == "" {
 		return "", fmt.Errorf("broker: replay %s: the dead letter holds no readable entry", id)
 	}
-	lane := blackboard.RequestLane(e)
-	args := []any{id, "v", "1", "entry_id", e.ID, "topic", e.Topic, "priority", strconv.Itoa(int(e.Priority)),
+	lane := i.b.replayLane(msgField(msgs[0], "lane"), e)
+	if lane == "" {
+		return "", fmt.Errorf("broker: replay %s: entry id %q names no module lane", id, e.ID)
+	}
+	args := []any{id, "v", "2", "entry_id", e.ID, "topic", e.Topic, "priority", strconv.Itoa(int(e.Priority)),
 		"timestamp", formatFloat(e.Timestamp), "entry", string(dl.Entry), "replayed", "1"}
-	newID, err := scriptReplay.Run(ctx, i.b.rdb, []string{i.b.keys.DLQ(), i.b.laneKey(lane)}, args...).Text()
+	newID, err := scriptReplay.Run(ctx, i.b.rdb, []string{i.b.keys.DLQ(), lane, i.b.keys.Replayed()}, args...).Text()
 	if errors.Is(err, redis.Nil) {
 		return "", fmt.Errorf("broker: replay %s: %w: already replayed", id, ErrNotFound)
 	}

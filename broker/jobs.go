@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -56,13 +57,16 @@ func (b *Broker) acceptRecord(ctx context.Context, d *Delivery) (Job, bool, erro
 		return j, true, nil
 	case acceptWithdrawn:
 		return Job{}, false, &withdrawn{status: blackboard.Status(jobID)}
+	case acceptWrongType:
+		return Job{}, false, &withdrawn{status: blackboard.Status(wrongTypePrefix + jobID)}
 	}
 	j, err = b.GetJob(ctx, jobID)
 	return j, false, err
 }
 
 // withdrawn is accept.lua's refusal: the request entry's status when the
-// record would have been created (retracted, superseded or expired).
+// record would have been created (retracted, superseded or expired), or
+// wrongTypePrefix and the type its key holds instead of a HASH.
 type withdrawn struct{ status blackboard.Status }
 
 func (w *withdrawn) Error() string { return "request entry " + string(w.status) + " before it started" }
@@ -74,7 +78,9 @@ func (w *withdrawn) Error() string { return "request entry " + string(w.status) 
 func (b *Broker) finishWithdrawn(ctx context.Context, d *Delivery, st blackboard.Status) (Job, error) {
 	var jd wire.JobData
 	var err error
-	if st == blackboard.StatusExpired {
+	if typ, ok := strings.CutPrefix(string(st), wrongTypePrefix); ok {
+		jd, err = b.refuseWrongType(ctx, d, typ)
+	} else if st == blackboard.StatusExpired {
 		jd, err = b.expireJob(ctx, d)
 	} else {
 		jd, err = b.cancelQueuedJob(ctx, d, "request entry "+string(st)+" before it started")
@@ -104,11 +110,23 @@ func (b *Broker) acceptCall(d *Delivery) (Job, scriptCall, error) {
 	fields := recordPairs(j)
 	fields = append(fields, "request", string(req))
 	args := append([]any{d.Request.IdempotencyKey, d.JobID, formatFloat(now)}, fields...)
-	return j, scriptCall{keys: []string{b.keys.JobsIdem(), b.keys.Job(d.JobID), b.keys.JobsActive(), b.keys.Entry(d.EntryID)}, args: args}, nil
+	return j, scriptCall{keys: []string{b.keys.JobsIdem(), b.keys.Job(d.JobID), b.keys.JobsActive(), b.keys.Entry(d.EntryID),
+		b.keys.JobIdem(d.Module, d.Request.IdempotencyKey)}, args: args}, nil
+}
+
+// idemJob returns the job id d's module's idempotency key maps to (a key
+// of an old board: in the P:jobs:idem HASH), or redis.Nil when none.
+func (b *Broker) idemJob(ctx context.Context, d *Delivery) (string, error) {
+	id, err := b.rdb.Get(ctx, b.keys.JobIdem(d.Module, d.Request.IdempotencyKey)).Result()
+	if errors.Is(err, redis.Nil) {
+		return b.rdb.HGet(ctx, b.keys.JobsIdem(), d.Request.IdempotencyKey).Result()
+	}
+	return id, err
 }
 
 // accept.lua's reply codes.
 const (
+	acceptWrongType = -2 // {-2, type}: the request entry key is not a HASH
 	acceptWithdrawn = -1 // {-1, status}: the request entry is retracted, superseded or expired
 	acceptExisting  = 0  // {0, job_id}: the idempotency key already has a job
 	acceptCreated   = 1  // {1, job_id}: the record was created now
@@ -127,10 +145,14 @@ func acceptReply(res []any) (s string, code int64) {
 // publishJob is Accept's step 2: post the job's compute.job entry if
 // absent. An entry left by an earlier refusal of the same request (a
 // replayed dead letter) is overwritten while the job has had no
-// transition yet. A duplicate request (job of another request) posts nothing.
+// transition yet. A duplicate request (job of another request with the
+// same module and idempotency key) gets an entry at its own job id that
+// mirrors the original's status when it was accepted and names the
+// original in data.duplicate_of, so a poster waiting on its own job id
+// finds where its work went.
 func (b *Broker) publishJob(ctx context.Context, d *Delivery, j Job) error {
 	if j.JobID != d.JobID {
-		return nil
+		return b.putDuplicateEntry(ctx, d, j)
 	}
 	created, err := b.putJobEntry(ctx, j.JobData)
 	if err != nil || created || j.Version > 0 {
@@ -242,8 +264,16 @@ func (b *Broker) Transition(ctx context.Context, jobID string, from, to wire.Job
 		fields = append(fields, "finished_at", now)
 	}
 	fields = append(fields, updatePairs(u)...)
-	args := append([]any{jobID, string(from), string(to), flag(to.Terminal()), flag(to == wire.JobRunning)}, fields...)
-	res, err := scriptTransition.Run(ctx, b.rdb, []string{b.keys.Job(jobID), b.keys.JobsActive()}, args...).Slice()
+	// The script builds the request entry's and the idempotency key's names
+	// from the record (same board, same hash slot): a start checks the
+	// request was not withdrawn, an end sets the retention of both.
+	keys := []string{b.keys.Job(jobID), b.keys.JobsActive(), b.keys.Entry(""), b.keys.JobIdemPrefix()}
+	keep := "-1"
+	if b.cfg.JobRetention >= 0 {
+		keep = strconv.FormatInt(b.cfg.JobRetention.Milliseconds(), 10)
+	}
+	args := append([]any{jobID, string(from), string(to), flag(to.Terminal()), flag(to == wire.JobRunning), keep}, fields...)
+	res, err := scriptTransition.Run(ctx, b.rdb, keys, args...).Slice()
 	if err != nil {
 		return Job{}, fmt.Errorf("broker: transition %s: %w", jobID, err)
 	}
@@ -252,14 +282,28 @@ func (b *Broker) Transition(ctx context.Context, jobID string, from, to wire.Job
 		return Job{}, fmt.Errorf("broker: transition %s: %w", jobID, ErrNotFound)
 	case 0:
 		return Job{}, fmt.Errorf("broker: transition %s %s → %s: %w: status is %v", jobID, from, to, ErrConflict, res[1])
+	case 2: // a start found the request withdrawn: the job is cancelled instead
+		j, err := decodeRecord(pairs(res[1]))
+		if err == nil {
+			err = b.updateJobEntry(ctx, j.JobData)
+		}
+		if err != nil {
+			return Job{}, fmt.Errorf("broker: transition %s: cancelled at start: %w", jobID, err)
+		}
+		b.emitFinished(ctx, j.JobData)
+		b.m.cancelled.Add(1)
+		return Job{}, fmt.Errorf("broker: transition %s %s → %s: %w", jobID, from, to, ErrWithdrawn)
 	}
-	j, err := decodeRecord(pairs(res[1]))
+	h := pairs(res[1])
+	j, err := decodeRecord(h)
 	if err != nil {
 		return Job{}, fmt.Errorf("broker: transition %s: %w", jobID, err)
 	}
 	if err := b.updateJobEntry(ctx, j.JobData); err != nil {
 		return j, fmt.Errorf("broker: transition %s: record changed, entry not updated: %w", jobID, err)
 	}
+	b.mirrorDuplicates(ctx, j.JobData, h)
+	b.emitFinished(ctx, j.JobData)
 	return j, nil
 }
 
@@ -293,6 +337,81 @@ func jobEntry(jd wire.JobData) (*blackboard.Entry, error) {
 	e.Tags = []string{"compute", "job"}
 	e.Metadata = map[string]any{"status": string(jd.Status)}
 	return e, nil
+}
+
+// duplicateData is the job data of a duplicate request's own job entry:
+// the original job's data with this request's ids, and the original named.
+type duplicateData struct {
+	wire.JobData
+	DuplicateOf string `json:"duplicate_of"`
+}
+
+// dupPrefix starts the job record fields that list the job's duplicate
+// requests: "dup:<request entry id>" -> the request's submitted_at.
+// Transition mirrors the job into their entries.
+const dupPrefix = "dup:"
+
+// duplicateEntry is the job entry of duplicate request dupEntryID
+// (submitted at sub) of job jd: jd's data with the duplicate's ids, and
+// duplicate_of naming jd's job.
+func duplicateEntry(jd wire.JobData, dupEntryID string, sub float64) (*blackboard.Entry, error) {
+	dd := duplicateData{JobData: jd, DuplicateOf: jd.JobID}
+	dd.JobID, dd.RequestEntryID, dd.SubmittedAt = wire.JobID(dupEntryID), dupEntryID, &sub
+	data, err := json.Marshal(dd)
+	if err != nil {
+		return nil, err
+	}
+	e := blackboard.NewEntry(wire.TopicJob, wire.SourceModule, data)
+	e.ID, e.ParentID = dd.JobID, dupEntryID
+	e.Tags = []string{"compute", "job"}
+	e.Metadata = map[string]any{"status": string(jd.Status), "duplicate_of": jd.JobID}
+	return e, nil
+}
+
+// putDuplicateEntry posts the job entry of duplicate request d, whose
+// idempotency key maps to job j, unless one exists, and lists d on j's
+// record so that Transition keeps the entry's status in step with j's.
+func (b *Broker) putDuplicateEntry(ctx context.Context, d *Delivery, j Job) error {
+	e, err := duplicateEntry(j.JobData, d.EntryID, d.Entry.Timestamp)
+	if err != nil {
+		return err
+	}
+	if _, err := b.store.PostIfAbsent(ctx, e); err != nil {
+		return err
+	}
+	if err := b.rdb.HSet(ctx, b.keys.Job(j.JobID), dupPrefix+d.EntryID, formatFloat(d.Entry.Timestamp)).Err(); err != nil {
+		return fmt.Errorf("list duplicate on job %s: %w", j.JobID, err)
+	}
+	// j changed since it was read: a transition in between did not see
+	// the duplicate listed.
+	if now, err := b.GetJob(ctx, j.JobID); err == nil && now.Version != j.Version {
+		b.mirrorDuplicate(ctx, now.JobData, d.EntryID, d.Entry.Timestamp)
+	}
+	return nil
+}
+
+// mirrorDuplicates rewrites the entries of the duplicates listed in record
+// h from jd. The job has changed already: failures are logged.
+func (b *Broker) mirrorDuplicates(ctx context.Context, jd wire.JobData, h map[string]string) {
+	for k, v := range h {
+		if id, ok := strings.CutPrefix(k, dupPrefix); ok {
+			sub, _ := strconv.ParseFloat(v, 64)
+			b.mirrorDuplicate(ctx, jd, id, sub)
+		}
+	}
+}
+
+func (b *Broker) mirrorDuplicate(ctx context.Context, jd wire.JobData, dupEntryID string, sub float64) {
+	e, err := duplicateEntry(jd, dupEntryID, sub)
+	if err == nil {
+		err = b.store.Update(ctx, e.ID, blackboard.Update{Data: &e.Data, Metadata: &e.Metadata})
+		if errors.Is(err, blackboard.ErrNotFound) {
+			_, err = b.store.PostIfAbsent(ctx, e)
+		}
+	}
+	if err != nil {
+		b.log.Warn("duplicate's job entry not updated", "job", jd.JobID, "entry_id", dupEntryID, "err", err)
+	}
 }
 
 // putJobEntry posts jd's compute.job entry unless one exists.

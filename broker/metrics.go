@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"maps"
 	"slices"
@@ -25,7 +26,7 @@ type collector struct {
 	timeout time.Duration
 
 	capacity, held, leased, oldest, intakeRate *prometheus.Desc
-	byPriority, byModule                       *prometheus.Desc
+	byPriority, byModule, modules              *prometheus.Desc
 	laneUnread, lanePending, deadLetters       *prometheus.Desc
 	read, reclaimed, handedOut, accepted       *prometheus.Desc
 	expired, cancelled, deadLettered, lost     *prometheus.Desc
@@ -39,13 +40,15 @@ func newCollector(b *Broker) *collector {
 	}
 	return &collector{
 		b: b, timeout: 2 * time.Second,
-		capacity:     d("inbox_capacity", "Requests the inbox can hold."),
-		held:         d("inbox_requests", "Requests held in the inbox, queued or handed out."),
-		leased:       d("inbox_handed_out_requests", "Requests handed to the adapter and not yet accepted."),
-		oldest:       d("inbox_oldest_age_seconds", "Age of the oldest request held in the inbox."),
-		intakeRate:   d("intake_rate_per_second", "Requests read from the lanes per second, mean over the last minute."),
-		byPriority:   d("inbox_requests_by_priority", "Requests held in the inbox by request priority.", "priority"),
-		byModule:     d("inbox_requests_by_module", "Requests held in the inbox by source module.", "module"),
+		capacity:   d("inbox_capacity", "Requests the inbox can hold."),
+		held:       d("inbox_requests", "Requests held in the inbox, queued or handed out."),
+		leased:     d("inbox_handed_out_requests", "Requests handed to the adapter and not yet accepted."),
+		oldest:     d("inbox_oldest_age_seconds", "Age of the oldest request held in the inbox."),
+		intakeRate: d("intake_rate_per_second", "Requests read from the lanes per second, mean over the last minute."),
+		byPriority: d("inbox_requests_by_priority", "Requests held in the inbox by request priority.", "priority"),
+		byModule: d("inbox_requests_by_module", "Requests held in the inbox by source module: the modules holding "+
+			"the most, the rest summed under module=\""+OtherModules+"\".", "module"),
+		modules:      d("inbox_modules", "Source modules with requests held in the inbox."),
 		laneUnread:   d("lane_unread_requests", "Requests in an intake lane not yet read by any broker.", "lane"),
 		lanePending:  d("lane_pending_requests", "Requests in an intake lane read by some broker and not yet finished.", "lane"),
 		deadLetters:  d("dead_letters", "Messages in the dead-letter stream."),
@@ -63,7 +66,7 @@ func newCollector(b *Broker) *collector {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.capacity, c.held, c.leased, c.oldest, c.intakeRate, c.byPriority,
-		c.byModule, c.laneUnread, c.lanePending, c.deadLetters, c.read, c.reclaimed, c.handedOut, c.accepted,
+		c.byModule, c.modules, c.laneUnread, c.lanePending, c.deadLetters, c.read, c.reclaimed, c.handedOut, c.accepted,
 		c.expired, c.cancelled, c.deadLettered, c.lost, c.rejected} {
 		ch <- d
 	}
@@ -87,9 +90,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for p, n := range s.ByPriority {
 		gauge(c.byPriority, float64(n), strconv.Itoa(p))
 	}
-	for _, m := range slices.Sorted(maps.Keys(s.ByModule)) {
+	top, other := topModules(s.ByModule, c.b.cfg.MetricsTopModules)
+	for _, m := range top {
 		gauge(c.byModule, float64(s.ByModule[m]), m)
 	}
+	if len(top) < len(s.ByModule) {
+		gauge(c.byModule, float64(other), OtherModules)
+	}
+	gauge(c.modules, float64(len(s.ByModule)))
 	if err == nil {
 		for lane, l := range s.Lanes {
 			gauge(c.laneUnread, float64(l.Unread), strconv.Itoa(lane))
@@ -108,4 +116,24 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, code := range slices.Sorted(maps.Keys(s.Rejected)) {
 		counter(c.rejected, s.Rejected[code], code)
 	}
+}
+
+// OtherModules is the module label under which the per-module metrics sum
+// the modules outside the Config.MetricsTopModules largest, so that a
+// flood of module names cannot flood the scrape.
+const OtherModules = "_other"
+
+// topModules returns the k modules of by holding the most (ties by name),
+// in name order, and the sum of the others.
+func topModules(by map[string]int, k int) (top []string, other int) {
+	names := slices.Collect(maps.Keys(by))
+	slices.SortFunc(names, func(a, b string) int { return cmp.Or(cmp.Compare(by[b], by[a]), cmp.Compare(a, b)) })
+	if len(names) > k {
+		for _, m := range names[k:] {
+			other += by[m]
+		}
+		names = names[:k]
+	}
+	slices.Sort(names)
+	return names, other
 }

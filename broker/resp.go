@@ -2,6 +2,8 @@ package broker
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -24,7 +26,72 @@ import (
 // ReadFrom reads exactly that many bytes into the buffer, growing it only
 // when the reply outgrows it (bytes.Buffer would keep 512 bytes of
 // headroom per string and regrow).
-type replyBuf struct{ b []byte }
+//
+// A replyBuf with a limit never holds a bulk string longer than limit, nor
+// more than budget bytes in all: such a string (an oversized message
+// field, or one past the read's byte budget) is streamed through sha256
+// and replaced by an oversize marker (see oversizeMarker) followed by its
+// first prefix bytes, so an oversized message never lands in memory whole.
+// The RESP stays well formed (its header is rewritten); span maps the
+// offsets go-redis reports, which count the original bytes, to the
+// buffer's.
+type replyBuf struct {
+	b []byte
+
+	limit, budget, prefix int      // 0: no limit, no budget
+	pending               int      // > 0: the next bulk (this many bytes) is replaced
+	sums                  []shrink // where the buffer fell behind the reported bytes
+	reported              int64    // bytes go-redis has handed over
+}
+
+// shrink records that, from reported offset at on, the buffer holds delta
+// fewer bytes than go-redis reported.
+type shrink struct{ at, delta int64 }
+
+// capped sets w's limits for one read and returns it.
+func (w *replyBuf) capped(limit, budget, prefix int) *replyBuf {
+	w.limit, w.budget, w.prefix = limit, budget, prefix
+	w.pending, w.sums, w.reported = 0, w.sums[:0], 0
+	return w
+}
+
+// span maps a reply's reported offset and length to buffer offsets.
+func (w *replyBuf) span(off, n int) (lo, hi int) {
+	at := func(r int64) int {
+		d := int64(0)
+		for _, s := range w.sums {
+			if s.at <= r {
+				d = s.delta
+			}
+		}
+		return int(r - d)
+	}
+	return at(int64(off)), at(int64(off + n))
+}
+
+// oversizeMarker starts a bulk string that stands for a longer one:
+// marker, the size (20 digits), " sha256:<hex>\n", then a prefix.
+const oversizeMarker = "\x00computeboard:oversize "
+
+const oversizeHead = len(oversizeMarker) + 20 + len(" sha256:") + 64 + 1
+
+// parseOversize reads a bulk string written by a capped replyBuf: the
+// original size and digest, and the prefix kept.
+// The reads through own.lua and claim.lua (pending messages re-read or
+// taken over) write the same marker in Lua, with "sha1:<hex>" (Redis's Lua
+// has no sha256).
+func parseOversize(s string) (size int, sum, prefix string, ok bool) {
+	rest, ok := strings.CutPrefix(s, oversizeMarker)
+	if !ok || len(rest) < 22 || rest[20] != ' ' {
+		return 0, "", "", false
+	}
+	n, err := strconv.ParseUint(rest[:20], 10, 63)
+	sum, prefix, found := strings.Cut(rest[21:], "\n")
+	if err != nil || !found || !strings.HasPrefix(sum, "sha") {
+		return 0, "", "", false
+	}
+	return int(n), sum, prefix, true
+}
 
 // grow makes room for n more bytes, doubling (append's growth, 1.25x for
 // large slices, would copy a multi-megabyte reply many times over).
@@ -38,13 +105,77 @@ func (w *replyBuf) grow(n int) {
 }
 
 func (w *replyBuf) Write(p []byte) (int, error) {
+	w.reported += int64(len(p))
+	if w.limit > 0 && len(p) > 1 && p[0] == '$' {
+		// A bulk string's header: over the limit or the budget, it is
+		// replaced (the body follows through ReadFrom).
+		if n, err := strconv.Atoi(string(p[1:])); err == nil && n > 0 &&
+			(n > w.limit || (w.budget > 0 && len(w.b)+n > w.budget)) {
+			w.pending = n
+			head := "$" + strconv.Itoa(oversizeHead+min(n, w.prefix))
+			w.grow(len(head))
+			w.b = append(w.b, head...)
+			w.shrunk(int64(len(p) - len(head)))
+			return len(p), nil
+		}
+	}
 	w.grow(len(p))
 	w.b = append(w.b, p...)
 	return len(p), nil
 }
 
+// shrunk notes that the buffer fell d more bytes behind the reported ones.
+func (w *replyBuf) shrunk(d int64) {
+	prev := int64(0)
+	if len(w.sums) > 0 {
+		prev = w.sums[len(w.sums)-1].delta
+	}
+	w.sums = append(w.sums, shrink{at: w.reported, delta: prev + d})
+}
+
+// readOversize streams a replaced bulk body (n bytes and CRLF) from l:
+// the marker with size and sha256, the first prefix bytes, CRLF.
+func (w *replyBuf) readOversize(l *io.LimitedReader) (int64, error) {
+	n := w.pending
+	w.pending = 0
+	keep := min(n, w.prefix)
+	w.grow(oversizeHead + keep + 2)
+	start := len(w.b)
+	w.b = append(w.b, oversizeMarker...)
+	w.b = fmt.Appendf(w.b, "%020d sha256:", n)
+	sumAt := len(w.b)
+	w.b = append(w.b, make([]byte, 64)...)
+	w.b = append(w.b, '\n')
+	h := sha256.New()
+	body := w.b[len(w.b) : len(w.b)+keep]
+	got, err := io.ReadFull(l, body)
+	h.Write(body[:got])
+	w.b = w.b[:len(w.b)+got]
+	total := int64(got)
+	if err == nil {
+		m, cerr := io.CopyN(h, l, int64(n-keep))
+		total += m
+		err = cerr
+	}
+	if err == nil {
+		var crlf [2]byte
+		m, cerr := io.ReadFull(l, crlf[:])
+		total += int64(m)
+		err = cerr
+	}
+	hex.Encode(w.b[sumAt:sumAt+64], h.Sum(nil))
+	w.b = append(w.b, '\r', '\n')
+	w.reported += total
+	w.shrunk(total - int64(len(w.b)-start))
+	return total, err
+}
+
 func (w *replyBuf) ReadFrom(r io.Reader) (int64, error) {
+	if l, ok := r.(*io.LimitedReader); ok && w.pending > 0 && l.N == int64(w.pending)+2 {
+		return w.readOversize(l)
+	}
 	if l, ok := r.(*io.LimitedReader); ok && l.N >= 0 && l.N < 1<<30 {
+		w.reported += l.N // what go-redis counts (ReadFull below reads it all or fails)
 		n := int(l.N)
 		w.grow(n)
 		got, err := io.ReadFull(l, w.b[len(w.b):len(w.b)+n])
@@ -57,6 +188,7 @@ func (w *replyBuf) ReadFrom(r io.Reader) (int64, error) {
 		n, err := r.Read(w.b[len(w.b):cap(w.b)])
 		w.b = w.b[:len(w.b)+n]
 		total += int64(n)
+		w.reported += int64(n)
 		if err == io.EOF {
 			return total, nil
 		}

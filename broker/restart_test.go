@@ -86,7 +86,7 @@ func TestRedisRestartDuringIntake(t *testing.T) {
 	for {
 		missing := 0
 		for _, id := range posted {
-			if _, err := rdb.HGet(ctx, bd.keys.JobsIdem(), id).Result(); errors.Is(err, redis.Nil) {
+			if _, err := rdb.Get(ctx, bd.keys.JobIdem("m", id)).Result(); errors.Is(err, redis.Nil) {
 				missing++
 			}
 		}
@@ -101,7 +101,7 @@ func TestRedisRestartDuringIntake(t *testing.T) {
 	}
 	cancel()
 	wg.Wait()
-	if n, _ := rdb.HLen(context.Background(), bd.keys.JobsIdem()).Result(); n != total {
+	if n := bd.idemKeys(t); n != total {
 		t.Errorf("%d job records, want %d", n, total)
 	}
 	if n, _ := rdb.XLen(context.Background(), bd.keys.DLQ()).Result(); n != 0 {

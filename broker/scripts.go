@@ -21,6 +21,8 @@ var (
 	luaRefresh string
 	//go:embed lua/ack.lua
 	luaAck string
+	//go:embed lua/deadletter.lua
+	luaDeadLetter string
 	//go:embed lua/replay.lua
 	luaReplay string
 	//go:embed lua/accept.lua
@@ -36,6 +38,7 @@ var (
 	scriptRefresh    = redis.NewScript(luaLib + luaRefresh)
 	scriptAck        = redis.NewScript(luaLib + luaAck)
 	scriptReplay     = redis.NewScript(luaLib + luaReplay)
+	scriptDeadLetter = redis.NewScript(luaLib + luaDeadLetter)
 	scriptAccept     = redis.NewScript(luaLib + luaAccept)
 	scriptTransition = redis.NewScript(luaLib + luaTransition)
 )

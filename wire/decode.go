@@ -20,16 +20,35 @@ import (
 // priority DefaultPriority(in.Priority), account in.SourceModule,
 // idempotency_key in.ID, cpu_cores 1, memory 0.25.
 func DecodeRequest(data []byte, in EntryInfo) (Request, *Error) {
-	if len(data) > MaxDataBytes {
-		return Request{}, errorf(CodePayloadTooLarge, "", "data is %d bytes; the limit is %d", len(data), MaxDataBytes)
-	}
-	if !utf8.Valid(data) {
-		return Request{}, errorf(CodeMalformedJSON, "", "data is not valid UTF-8")
+	if err := checkBytes(data); err != nil {
+		return Request{}, err
 	}
 	if r, set, ok := fastDecode(data); ok {
 		return finishDecode(r, set, in)
 	}
 	return slowDecode(data, in)
+}
+
+// slowDecodeRequest is DecodeRequest without the fast path. It is the
+// reference the differential tests (TestDecodeRequestMatchesSlowPath,
+// FuzzDecodeRequest) hold DecodeRequest to: the fast path must change
+// nothing but the speed.
+func slowDecodeRequest(data []byte, in EntryInfo) (Request, *Error) {
+	if err := checkBytes(data); err != nil {
+		return Request{}, err
+	}
+	return slowDecode(data, in)
+}
+
+// checkBytes refuses data before any parsing: too large, or not UTF-8.
+func checkBytes(data []byte) *Error {
+	if len(data) > MaxDataBytes {
+		return errorf(CodePayloadTooLarge, "", "data is %d bytes; the limit is %d", len(data), MaxDataBytes)
+	}
+	if !utf8.Valid(data) {
+		return errorf(CodeMalformedJSON, "", "data is not valid UTF-8")
+	}
+	return nil
 }
 
 // slowDecode is DecodeRequest for whatever fastDecode does not take: every

@@ -9,27 +9,28 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// checkAgainstOracle fails t unless DecodeRequest returns exactly what the
-// token-scanning decoder it replaced (oracleDecodeRequest) returns for data:
-// the same request, or the same error, message included.
-func checkAgainstOracle(t *testing.T, data []byte, in EntryInfo) {
+// checkAgainstSlowPath fails t unless DecodeRequest returns exactly what
+// its own slow path alone (slowDecodeRequest: the token scan, then
+// encoding/json) returns for data: the same request, or the same error,
+// message included.
+func checkAgainstSlowPath(t *testing.T, data []byte, in EntryInfo) {
 	t.Helper()
 	got, gotErr := DecodeRequest(data, in)
-	want, wantErr := oracleDecodeRequest(data, in)
+	want, wantErr := slowDecodeRequest(data, in)
 	if diff := cmp.Diff(wantErr, gotErr); diff != "" {
-		t.Fatalf("DecodeRequest(%q) error differs from the oracle's (-oracle +got):\n%s", data, diff)
+		t.Fatalf("DecodeRequest(%q) error differs from the slow path's (-slow +got):\n%s", data, diff)
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Fatalf("DecodeRequest(%q) differs from the oracle's (-oracle +got):\n%s", data, diff)
+		t.Fatalf("DecodeRequest(%q) differs from the slow path's (-slow +got):\n%s", data, diff)
 	}
 }
 
-// TestDecodeRequestMatchesOracle is the differential test of the
+// TestDecodeRequestMatchesSlowPath is the differential test of the
 // single-pass decoder: the table cases, generated requests of every shape
 // (valid, and wrong in each way the schema and the JSON can be wrong), and
-// byte-level mutations of them must decode as oracleDecodeRequest decodes
+// byte-level mutations of them must decode as slowDecodeRequest decodes
 // them. FuzzDecodeRequest makes the same check on what the fuzzer finds.
-func TestDecodeRequestMatchesOracle(t *testing.T) {
+func TestDecodeRequestMatchesSlowPath(t *testing.T) {
 	var corpus []string
 	for _, tc := range errorCases {
 		corpus = append(corpus, tc.data)
@@ -53,7 +54,7 @@ func TestDecodeRequestMatchesOracle(t *testing.T) {
 	fast := 0
 	for _, data := range corpus {
 		for _, in := range []EntryInfo{testEntry, withPriority(EntryPriorityCritical), {ID: "ffffffffffffffffffffffffffffffff"}} {
-			checkAgainstOracle(t, []byte(data), in)
+			checkAgainstSlowPath(t, []byte(data), in)
 		}
 		if len(data) <= MaxDataBytes {
 			if _, _, ok := fastDecode([]byte(data)); ok {
@@ -242,8 +243,8 @@ func mutate(rng *rand.Rand, s string) string {
 	return string(b)
 }
 
-// BenchmarkDecodeRequest compares DecodeRequest with the decoder it
-// replaced, on what posters send.
+// BenchmarkDecodeRequest compares DecodeRequest with its slow path alone,
+// on what posters send.
 func BenchmarkDecodeRequest(b *testing.B) {
 	docs := map[string]string{
 		"command": `{"command":["echo","hi"]}`,
@@ -253,7 +254,7 @@ func BenchmarkDecodeRequest(b *testing.B) {
 		for _, impl := range []struct {
 			name string
 			f    func([]byte, EntryInfo) (Request, *Error)
-		}{{"single-pass", DecodeRequest}, {"oracle", oracleDecodeRequest}} {
+		}{{"single-pass", DecodeRequest}, {"slow-path", slowDecodeRequest}} {
 			b.Run(name+"/"+impl.name, func(b *testing.B) {
 				data := []byte(doc)
 				b.ReportAllocs()

@@ -28,6 +28,8 @@ const (
 	CodeDeliveryLimit      Code = "delivery_limit"      // the request failed delivery too many times (dead-lettered)
 	CodeEnvNotAllowed      Code = "env_not_allowed"     // environment names a variable the template or allowlist entry does not allow, or a loader/interpreter variable
 	CodeGangIncomplete     Code = "gang_incomplete"     // a gang's members did not all arrive within the gang timeout
+	CodeIdentityMismatch   Code = "identity_mismatch"   // the entry's source_module or entry_id is not the module its intake lane belongs to
+	CodeAccountNotAllowed  Code = "account_not_allowed" // the request bills an account its module may not bill
 )
 
 // Codes returns every reason code, in contract order.
@@ -37,7 +39,8 @@ func Codes() []Code {
 		CodeInvalidValue, CodePayloadTooLarge, CodeUnknownTemplate,
 		CodeCommandNotAllowed, CodeUnsupportedVersion, CodeImpossibleRequest,
 		CodeRateLimited, CodeInboxFull, CodeDeliveryLimit,
-		CodeEnvNotAllowed, CodeGangIncomplete,
+		CodeEnvNotAllowed, CodeGangIncomplete, CodeIdentityMismatch,
+		CodeAccountNotAllowed,
 	}
 }
 

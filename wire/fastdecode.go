@@ -13,8 +13,8 @@ import (
 // not nested deeper than fastMaxDepth — and returns ok false on anything
 // else (an error to report, or just an unusual shape), so that slowDecode
 // decides and words every refusal. FuzzDecodeRequest and
-// TestDecodeRequestMatchesOracle check that DecodeRequest returns exactly
-// what the token-scanning decoder alone returned.
+// TestDecodeRequestMatchesSlowPath check that DecodeRequest returns exactly
+// what slowDecodeRequest, the token-scanning decoder alone, returns.
 func fastDecode(data []byte) (r Request, set fieldSet, ok bool) {
 	p := fparser{jsonscan.Scanner{Src: string(data)}}
 	p.WS()

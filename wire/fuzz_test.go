@@ -14,7 +14,7 @@ import (
 // *Error with a code it is documented to return (and a zero Request); that
 // a valid request is in normal form, re-encodes and decodes to itself
 // whatever the entry, and agrees with Lane on the priority; and that it
-// returns exactly what the decoder it replaced (oracleDecodeRequest) returns.
+// returns exactly what its slow path alone (slowDecodeRequest) returns.
 func FuzzDecodeRequest(f *testing.F) {
 	// Large seeds (the size-limit cases) stay in the table tests: the
 	// fuzzer spends minutes minimizing anything it finds from them.
@@ -32,7 +32,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, entryPriority int) {
 		in := testEntry
 		in.Priority = entryPriority
-		checkAgainstOracle(t, data, in)
+		checkAgainstSlowPath(t, data, in)
 		r, err := DecodeRequest(data, in)
 		lane := Lane(data, entryPriority)
 		if lane < 0 || lane > MaxPriority {

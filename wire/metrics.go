@@ -91,7 +91,8 @@ type JobStatusData struct {
 	PendingJobs   int           `json:"pending_jobs"`   // accepted, not yet running
 	RunningJobs   int           `json:"running_jobs"`   // running now
 	CompletedJobs int           `json:"completed_jobs"` // succeeded since the adapter started
-	FailedJobs    int           `json:"failed_jobs"`    // failed since the adapter started
+	FailedJobs    int           `json:"failed_jobs"`    // failed or expired since the adapter started
+	CancelledJobs int           `json:"cancelled_jobs"` // cancelled since the adapter started, queued or running
 	InboxDepth    int           `json:"inbox_depth"`    // requests waiting in the intake lanes
 	Statistics    JobStatistics `json:"statistics"`
 }
@@ -101,6 +102,7 @@ type JobStatistics struct {
 	JobsSubmitted         int     `json:"jobs_submitted"`
 	JobsCompleted         int     `json:"jobs_completed"`
 	JobsFailed            int     `json:"jobs_failed"`
+	JobsCancelled         int     `json:"jobs_cancelled"`
 	AverageWaitTime       float64 `json:"average_wait_time"`       // seconds from submission to start
 	AverageTurnaroundTime float64 `json:"average_turnaround_time"` // seconds from submission to finish
 }
@@ -111,7 +113,7 @@ type JobStatistics struct {
 // averages are errors.
 func JobStatusEntryFields(s JobStatusData) (EntryFields, error) {
 	st := s.Statistics
-	if min(s.PendingJobs, s.RunningJobs, s.CompletedJobs, s.FailedJobs, s.InboxDepth, st.JobsSubmitted, st.JobsCompleted, st.JobsFailed) < 0 {
+	if min(s.PendingJobs, s.RunningJobs, s.CompletedJobs, s.FailedJobs, s.CancelledJobs, s.InboxDepth, st.JobsSubmitted, st.JobsCompleted, st.JobsFailed, st.JobsCancelled) < 0 {
 		return EntryFields{}, fmt.Errorf("wire: job status has a negative count: %+v", s)
 	}
 	if !(st.AverageWaitTime >= 0 && st.AverageTurnaroundTime >= 0) || math.IsInf(st.AverageWaitTime+st.AverageTurnaroundTime, 0) {

@@ -96,8 +96,8 @@ func TestJobStatusEntryFields(t *testing.T) {
 			}
 			want := EntryFields{
 				Topic: TopicJobStatus,
-				Data: json.RawMessage(`{"pending_jobs":` + strconv.Itoa(tc.pending) + `,"running_jobs":3,"completed_jobs":7,"failed_jobs":1,"inbox_depth":5,` +
-					`"statistics":{"jobs_submitted":12,"jobs_completed":7,"jobs_failed":1,"average_wait_time":1.5,"average_turnaround_time":30}}`),
+				Data: json.RawMessage(`{"pending_jobs":` + strconv.Itoa(tc.pending) + `,"running_jobs":3,"completed_jobs":7,"failed_jobs":1,"cancelled_jobs":0,"inbox_depth":5,` +
+					`"statistics":{"jobs_submitted":12,"jobs_completed":7,"jobs_failed":1,"jobs_cancelled":0,"average_wait_time":1.5,"average_turnaround_time":30}}`),
 				Metadata:   map[string]any{"pending": tc.pending, "running": 3, "completed": 7},
 				Priority:   tc.wantPriority,
 				Confidence: 0.95,

@@ -183,7 +183,7 @@ func TestCodes(t *testing.T) {
 		"invalid_value", "payload_too_large", "unknown_template",
 		"command_not_allowed", "unsupported_version", "impossible_request",
 		"rate_limited", "inbox_full", "delivery_limit", "env_not_allowed",
-		"gang_incomplete",
+		"gang_incomplete", "identity_mismatch", "account_not_allowed",
 	}
 	if diff := cmp.Diff(want, Codes()); diff != "" {
 		t.Errorf("Codes() mismatch with the contract (-want +got):\n%s", diff)

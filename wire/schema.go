@@ -17,7 +17,8 @@ const RequestSchemaFile = "compute-request.v1.schema.json"
 // Schemas returns the v1 JSON Schemas (draft 2020-12), one file each:
 // entry.schema.json, compute-request.v1.schema.json, compute-job.v1.schema.json,
 // compute-metrics.v1.schema.json, events.v1.schema.json,
-// inbox-message.v1.schema.json, dead-letter.v1.schema.json.
+// inbox-message.v1.schema.json (legacy shared lanes),
+// inbox-message.v2.schema.json (per-module lanes), dead-letter.v1.schema.json.
 func Schemas() fs.FS {
 	sub, err := fs.Sub(schemaFS, "schema")
 	if err != nil {

@@ -45,6 +45,7 @@ func TestSchemasWellFormed(t *testing.T) {
 	want := []string{
 		"compute-job.v1.schema.json", "compute-metrics.v1.schema.json", "compute-request.v1.schema.json",
 		"dead-letter.v1.schema.json", "entry.schema.json", "events.v1.schema.json", "inbox-message.v1.schema.json",
+		"inbox-message.v2.schema.json",
 	}
 	got, _ := fs.Glob(Schemas(), "*.json")
 	if diff := cmp.Diff(want, got); diff != "" {

@@ -33,21 +33,19 @@ local function lapsed(now, ts, ttl)
 end
 
 -- Number of board-wide keys that post and supersede share.
-local COMMON_KEYS = 20
+local COMMON_KEYS = 11
 
 -- common_keys reads the COMMON_KEYS board-wide keys that post and supersede
--- share, starting at KEYS[base].
+-- share, starting at KEYS[base]: topics, all, expiry, events, stats,
+-- prio 0..3, retire, the intake lane registry.
 local function common_keys(base)
   local c = {
     topics = KEYS[base], all = KEYS[base + 1], expiry = KEYS[base + 2],
-    events = KEYS[base + 3], stats = KEYS[base + 4], prio = {}, inbox = {},
-    retire = KEYS[base + 19],
+    events = KEYS[base + 3], stats = KEYS[base + 4], prio = {},
+    retire = KEYS[base + 9], lanes = KEYS[base + 10],
   }
   for p = 0, 3 do
     c.prio[tostring(p)] = KEYS[base + 5 + p]
-  end
-  for lane = 0, 9 do
-    c.inbox[lane] = KEYS[base + 9 + lane]
   end
   return c
 end
@@ -63,18 +61,23 @@ local function index_retired(retire, id, now, retention)
 end
 
 -- Number of ARGV slots one entry occupies in post and supersede.
-local ENTRY_ARGS = 15
+local ENTRY_ARGS = 16
 
--- post_entry writes one entry (ARGV[o] .. ARGV[o+14]) to its HASH ek, the
+-- Number of KEYS one entry occupies in post and supersede.
+local ENTRY_KEYS = 4
+
+-- post_entry writes one entry (ARGV[o] .. ARGV[o+15]) to its HASH ek, the
 -- topic index tk, the source index sk and the common keys c; it emits the
--- added event and, for compute requests, appends to the intake lane. An
--- entry posted as expired enters the retire index (see index_retired).
--- The caller has checked that ek does not exist.
-local function post_entry(c, ek, tk, sk, o, now, prefix, maxlen, retention)
+-- added event and, for compute requests, appends to the intake lane lk
+-- (registering a per-module lane in c.lanes). An entry posted as expired
+-- enters the retire index (see index_retired). The caller has checked that
+-- ek does not exist.
+local function post_entry(c, ek, tk, sk, lk, o, now, prefix, maxlen, retention)
   local id, topic, source, status = ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3]
   local parent, ts, conf, ttl, prio = ARGV[o + 4], ARGV[o + 5], ARGV[o + 6], ARGV[o + 7], ARGV[o + 8]
   local data, meta, tags = ARGV[o + 9], ARGV[o + 10], ARGV[o + 11]
   local lane, entry_json, added = tonumber(ARGV[o + 12]), ARGV[o + 13], ARGV[o + 14]
+  local member, version = ARGV[o + 15], '1'
 
   local h = { 'entry_id', id, 'topic', topic, 'source_module', source, 'status', status,
     'timestamp', ts, 'confidence', conf, 'priority', prio,
@@ -101,7 +104,11 @@ local function post_entry(c, ek, tk, sk, o, now, prefix, maxlen, retention)
   redis.call('HINCRBY', c.stats, 'total_posted', 1)
   emit(c.events, maxlen, prefix, now, 'blackboard.entry.added', added)
   if lane >= 0 then
-    redis.call('XADD', c.inbox[lane], '*', 'v', '1', 'entry_id', id, 'topic', topic,
+    if member ~= '' then
+      redis.call('SADD', c.lanes, member)
+      version = '2'
+    end
+    redis.call('XADD', lk, '*', 'v', version, 'entry_id', id, 'topic', topic,
       'priority', prio, 'timestamp', ts, 'entry', entry_json)
   end
 end

@@ -1,22 +1,28 @@
 -- ack.lua: finish one intake message: acknowledge it and delete it from its
 -- lane (the lanes are never trimmed; finished messages are deleted one by
--- one, so XLEN is the true backlog), and optionally add a dead letter, all
+-- one, so XLEN is the true backlog), clear its dead-letter mark, and
+-- optionally add a dead letter (unless deadletter.lua already wrote it), all
 -- at once and only if this consumer still owns the message, so a message
 -- is dead-lettered at most once even when two brokers race on it.
 --
 -- KEYS[1]  the message's intake lane stream
 -- KEYS[2]  the dead-letter stream
+-- KEYS[3]  P:inbox:compute:dlq:written HASH (see deadletter.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer name
 -- ARGV[3]  message id
--- ARGV[4..] dead-letter field, value pairs; none: no dead letter
+-- ARGV[4]  dead-letter stream MAXLEN (negative: no cap)
+-- ARGV[5]  dead-letter MINID ('' = none)
+-- ARGV[6..] dead-letter field, value pairs; none: no dead letter
 --
 -- Returns 1 when done now, 0 when the message was no longer pending
 -- (already finished), -1 when another consumer owns it (nothing done).
 local key, group, consumer, id = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+local mark = key .. '/' .. id
 local owner = pending_info(key, group, id)
 if owner == nil then
   redis.call('XDEL', key, id)
+  redis.call('HDEL', KEYS[3], mark)
   return 0
 end
 if owner ~= consumer then
@@ -24,7 +30,11 @@ if owner ~= consumer then
 end
 redis.call('XACK', key, group, id)
 redis.call('XDEL', key, id)
-if #ARGV > 3 then
-  redis.call('XADD', KEYS[2], '*', unpack(ARGV, 4))
+if redis.call('HDEL', KEYS[3], mark) == 0 and #ARGV > 5 then
+  local fields = {}
+  for i = 6, #ARGV do
+    fields[#fields + 1] = ARGV[i]
+  end
+  add_dead_letter(KEYS[2], ARGV[4], ARGV[5], fields)
 end
 return 1

@@ -14,13 +14,26 @@ end
 
 -- with_counts turns stream messages {{id, fields}, ...} into
 -- {{id, fields, deliveries}, ...}, reading each delivery count from the PEL.
--- Messages deleted from the stream (fields false) are skipped.
-local function with_counts(key, group, msgs)
+-- Messages deleted from the stream (fields false) are skipped. With cap
+-- (a number; nil: none), a field value longer than cap bytes is replaced by
+-- an oversize marker (resp.go's parseOversize): its size, its sha1 and its
+-- first prefix bytes, so an oversized message never travels whole.
+local function with_counts(key, group, msgs, cap, prefix)
   local out = {}
   for _, m in ipairs(msgs) do
     if m[2] then
       local _, n = pending_info(key, group, m[1])
-      out[#out + 1] = { m[1], m[2], n or 1 }
+      local f = m[2]
+      if cap then
+        for i = 2, #f, 2 do
+          local v = f[i]
+          if #v > cap then
+            f[i] = '\0computeboard:oversize ' .. string.format('%020d', #v) .. ' sha1:' ..
+              redis.sha1hex(v) .. '\n' .. string.sub(v, 1, prefix or 0)
+          end
+        end
+      end
+      out[#out + 1] = { m[1], f, n or 1 }
     end
   end
   return out
@@ -51,4 +64,18 @@ local function group_lag(key, group)
     end
   end
   return nil
+end
+
+-- add_dead_letter appends a dead letter (fields: a flat {field, value, ...}
+-- table) to stream dlq, first dropping those older than minid ('' = keep
+-- all: exact, so a test sees the bound) and then trimming to maxlen
+-- (negative = no cap). It returns the new dead letter's id.
+local function add_dead_letter(dlq, maxlen, minid, fields)
+  if minid ~= '' then
+    redis.call('XTRIM', dlq, 'MINID', minid)
+  end
+  if tonumber(maxlen) >= 0 then
+    return redis.call('XADD', dlq, 'MAXLEN', maxlen, '*', unpack(fields))
+  end
+  return redis.call('XADD', dlq, '*', unpack(fields))
 end

@@ -2,6 +2,9 @@
 --
 -- KEYS[1]  the dead-letter stream
 -- KEYS[2]  the intake lane to post to
+-- KEYS[3]  P:inbox:compute:replayed  SET "<message id> <lane key>" of operator
+--          replays: only these skip the admission limits (a replayed field
+--          in the message is a hint any poster could write)
 -- ARGV[1]  dead-letter id
 -- ARGV[2..] intake message field, value pairs
 --
@@ -14,4 +17,6 @@ local fields = {}
 for i = 2, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
-return redis.call('XADD', KEYS[2], '*', unpack(fields))
+local id = redis.call('XADD', KEYS[2], '*', unpack(fields))
+redis.call('SADD', KEYS[3], id .. ' ' .. KEYS[2])
+return id

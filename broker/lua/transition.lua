@@ -1,18 +1,31 @@
 -- transition.lua: compare-and-set a job's status, so that of two adapters
--- moving the same job (say queued -> running) exactly one succeeds.
+-- moving the same job (say queued -> running) exactly one succeeds. A job
+-- that ends gets its retention: its record, and its module's idempotency
+-- key while that still names it, expire.
 --
 -- KEYS[1]  P:job:<id>    HASH the job record
 -- KEYS[2]  P:jobs:active ZSET job_id -> accepted_at
+-- KEYS[3]  P:entry:   the prefix of entry keys: a start reads the request
+--          entry P:entry:<request_entry_id> (the same board, so the same
+--          hash slot)
+-- KEYS[4]  P:jobs:idem:  the prefix of the per-module idempotency keys,
+--          P:jobs:idem:<len>:<module>:<key>, built from the record
 -- ARGV[1]  job id
 -- ARGV[2]  expected status (from)
 -- ARGV[3]  new status (to)
 -- ARGV[4]  "1" when the new status is terminal (the job leaves KEYS[2])
 -- ARGV[5]  "1" when the job (re)starts: attempt is incremented
--- ARGV[6..] record field, value pairs to set (updated_at among them)
+-- ARGV[6]  retention in milliseconds of a terminal job ("" or negative:
+--          kept forever). The key expires at it, the record one second
+--          later, so a key never names a record that is gone.
+-- ARGV[7..] record field, value pairs to set (updated_at among them)
 --
 -- Returns {1, {field, value, ...}} (the whole record after the change),
 -- {0, current_status} when the status is not ARGV[2], {-1} when there is no
--- such job.
+-- such job, and {2, {field, value, ...}} when a start (queued -> running)
+-- finds the request withdrawn (its entry retracted or superseded, or the
+-- record's cancel_requested set): the job is cancelled instead, in this
+-- same step, so a retraction that lands before the start always wins.
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then
   return { -1 }
@@ -20,8 +33,39 @@ end
 if status ~= ARGV[2] then
   return { 0, status }
 end
+-- retire: the job has ended; it leaves the active set, and its record and
+-- its idempotency key (while that still names it) expire after ARGV[6].
+local function retire()
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  local keep = tonumber(ARGV[6])
+  if keep and keep >= 0 then
+    local r = redis.call('HMGET', KEYS[1], 'module', 'idempotency_key')
+    if r[1] and r[2] then
+      local idem = KEYS[4] .. string.len(r[1]) .. ':' .. r[1] .. ':' .. r[2]
+      if redis.call('GET', idem) == ARGV[1] then
+        redis.call('PEXPIRE', idem, keep)
+      end
+    end
+    redis.call('PEXPIRE', KEYS[1], keep + 1000)
+  end
+end
+if ARGV[2] == 'queued' and ARGV[3] == 'running' then
+  local r = redis.call('HMGET', KEYS[1], 'request_entry_id', 'cancel_requested')
+  local st = false
+  if r[1] then
+    st = redis.call('HGET', KEYS[3] .. r[1], 'status')
+  end
+  if r[2] == '1' or st == 'retracted' or st == 'superseded' then
+    -- ARGV[7], ARGV[8] are updated_at and its value.
+    redis.call('HSET', KEYS[1], 'status', 'cancelled', 'updated_at', ARGV[8], 'finished_at', ARGV[8],
+      'error', '{"code":"cancelled","message":"request retracted before it started"}')
+    redis.call('HINCRBY', KEYS[1], 'version', 1)
+    retire()
+    return { 2, redis.call('HGETALL', KEYS[1]) }
+  end
+end
 local fields = { 'status', ARGV[3] }
-for i = 6, #ARGV do
+for i = 7, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
 redis.call('HSET', KEYS[1], unpack(fields))
@@ -30,6 +74,6 @@ if ARGV[5] == '1' then
   redis.call('HINCRBY', KEYS[1], 'attempt', 1)
 end
 if ARGV[4] == '1' then
-  redis.call('ZREM', KEYS[2], ARGV[1])
+  retire()
 end
 return { 1, redis.call('HGETALL', KEYS[1]) }

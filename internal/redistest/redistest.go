@@ -163,6 +163,32 @@ func (s *Server) Client(t testing.TB) redis.UniversalClient {
 	return c
 }
 
+// ClientAs returns a new client that authenticates as an ACL user of the
+// server (created with ACL SETUSER, say by a test through Client), closed
+// when t ends. ACL users are per server and tests of a package share one:
+// give each test's users unique names (Namespace helps) and delete them
+// with DeleteUsers.
+func (s *Server) ClientAs(t testing.TB, user, password string) redis.UniversalClient {
+	opts := s.ClientOptions()
+	opts.Username, opts.Password, opts.PoolSize = user, password, 4
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// DeleteUsers deletes ACL users at the end of t (through the default user).
+func (s *Server) DeleteUsers(t testing.TB, users ...string) {
+	t.Cleanup(func() {
+		c := redis.NewClient(s.ClientOptions())
+		defer c.Close()
+		args := []any{"ACL", "DELUSER"}
+		for _, u := range users {
+			args = append(args, u)
+		}
+		_ = c.Do(context.Background(), args...).Err()
+	})
+}
+
 func (s *Server) launch() error {
 	args := []string{
 		"--port", strconv.Itoa(s.Port),

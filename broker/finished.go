@@ -1,0 +1,47 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/wire"
+)
+
+// EventJobFinished is raised (source "compute") once a job reaches a
+// terminal status, whatever it is: succeeded, failed, rejected, expired
+// or cancelled. Its payload is JobFinishedEvent. Delivery is at least
+// once: a refusal finished again after a crash raises it again.
+const EventJobFinished = "compute.job.finished"
+
+// JobFinishedEvent is the payload of EventJobFinished.
+type JobFinishedEvent struct {
+	JobID          string         `json:"job_id"`
+	Status         wire.JobStatus `json:"status"`
+	RequestEntryID string         `json:"request_entry_id"`
+	Account        string         `json:"account"`
+	ExitCode       *int           `json:"exit_code"`  // null unless the process exited
+	ErrorCode      string         `json:"error_code"` // error.code, or "" (succeeded)
+	ReasonCode     wire.Code      `json:"reason_code"`
+	FinishedAt     *float64       `json:"finished_at"`
+}
+
+// emitFinished raises EventJobFinished for jd, terminal. The job has ended
+// already; a failure to emit is logged, not returned.
+func (b *Broker) emitFinished(ctx context.Context, jd wire.JobData) {
+	if !jd.Status.Terminal() {
+		return
+	}
+	ev := JobFinishedEvent{JobID: jd.JobID, Status: jd.Status, RequestEntryID: jd.RequestEntryID,
+		Account: jd.Account, ExitCode: jd.ExitCode, ReasonCode: jd.ReasonCode, FinishedAt: jd.FinishedAt}
+	if jd.Error != nil {
+		ev.ErrorCode = jd.Error.Code
+	}
+	p, err := json.Marshal(ev)
+	if err == nil {
+		_, err = b.store.Emit(ctx, blackboard.Event{Type: EventJobFinished, Source: wire.SourceModule, Payload: p})
+	}
+	if err != nil {
+		b.log.Warn("job finished, event not emitted", "job", jd.JobID, "status", jd.Status, "err", err)
+	}
+}

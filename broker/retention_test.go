@@ -1,0 +1,136 @@
+package broker
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/computeboard/computeboard/wire"
+)
+
+// TestIdempotencyPerModule: an idempotency key is unique within its source
+// module: another module's request with the same key gets its own job, so
+// no module can pre-claim or shadow another's.
+func TestIdempotencyPerModule(t *testing.T) {
+	bd := newBoard(t)
+	b := bd.broker(t, Config{})
+	a1 := bd.post(t, "a", `{"command":["x"],"idempotency_key":"k1"}`)
+	b1 := bd.post(t, "b", `{"command":["x"],"idempotency_key":"k1"}`)
+	feed(t, b)
+	ja, ca := accept(t, b, next(t, b))
+	jb, cb := accept(t, b, next(t, b))
+	if !ca || !cb || ja.JobID == jb.JobID {
+		t.Fatalf("module a: %+v %v; module b: %+v %v", ja.JobData, ca, jb.JobData, cb)
+	}
+	if ja.RequestEntryID != a1 || jb.RequestEntryID != b1 {
+		t.Errorf("jobs of %s and %s, want %s and %s", ja.RequestEntryID, jb.RequestEntryID, a1, b1)
+	}
+}
+
+// TestDuplicateGetsEntry: a duplicate request (same module, same key) gets
+// a job entry at its own job id, mirroring the original's status and
+// naming it in data.duplicate_of, so a poster waiting on its job id finds
+// it.
+func TestDuplicateGetsEntry(t *testing.T) {
+	bd := newBoard(t)
+	b := bd.broker(t, Config{})
+	first := bd.post(t, "m", `{"command":["x"],"idempotency_key":"k1"}`)
+	second := bd.post(t, "m", `{"command":["x"],"idempotency_key":"k1"}`)
+	feed(t, b)
+	j1, _ := accept(t, b, next(t, b))
+	accept(t, b, next(t, b))
+	e, err := bd.store.Get(t.Context(), wire.JobID(second))
+	if err != nil {
+		t.Fatalf("the duplicate's job entry: %v", err)
+	}
+	var data map[string]any
+	if err := json.Unmarshal(e.Data, &data); err != nil {
+		t.Fatal(err)
+	}
+	if data["duplicate_of"] != j1.JobID || data["status"] != string(wire.JobQueued) ||
+		data["job_id"] != wire.JobID(second) || data["request_entry_id"] != second {
+		t.Errorf("duplicate's job data %v, want duplicate_of %s (request %s)", data, j1.JobID, first)
+	}
+	if e.ParentID != second {
+		t.Errorf("duplicate's job entry parent %q", e.ParentID)
+	}
+	// It follows the original's status to the end.
+	ctx := t.Context()
+	if _, err := b.Transition(ctx, j1.JobID, wire.JobQueued, wire.JobRunning, JobUpdate{}); err != nil {
+		t.Fatal(err)
+	}
+	zero := 0
+	if _, err := b.Transition(ctx, j1.JobID, wire.JobRunning, wire.JobSucceeded, JobUpdate{ExitCode: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	jd, _ := bd.jobEntry(t, second)
+	if jd.Status != wire.JobSucceeded || jd.JobID != wire.JobID(second) || jd.ExitCode == nil {
+		t.Errorf("duplicate's job entry after the original succeeded: %+v", jd)
+	}
+}
+
+// TestJobRetention: a terminal job's record and its idempotency key expire
+// after JobRetention; an active job's never do.
+func TestJobRetention(t *testing.T) {
+	bd := newBoard(t)
+	ctx := t.Context()
+	b := bd.broker(t, Config{JobRetention: time.Hour})
+	bd.post(t, "m", `{"command":["x"],"idempotency_key":"k1"}`)
+	feed(t, b)
+	j, _ := accept(t, b, next(t, b))
+	idem := bd.keys.JobIdem("m", "k1")
+	ttl := func(key string) time.Duration {
+		t.Helper()
+		d, err := bd.rdb.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if d := ttl(bd.keys.Job(j.JobID)); d != -1*time.Millisecond && d != -1 {
+		t.Errorf("active record TTL %v, want none", d)
+	}
+	if d := ttl(idem); d != -1*time.Millisecond && d != -1 {
+		t.Errorf("active idempotency key TTL %v, want none (present: %v)", d, d != -2*time.Millisecond)
+	}
+	if _, err := b.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, JobUpdate{}); err != nil {
+		t.Fatal(err)
+	}
+	if d := ttl(bd.keys.Job(j.JobID)); d > 0 {
+		t.Errorf("running record TTL %v, want none", d)
+	}
+	zero := 0
+	if _, err := b.Transition(ctx, j.JobID, wire.JobRunning, wire.JobSucceeded, JobUpdate{ExitCode: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	if d := ttl(bd.keys.Job(j.JobID)); d <= 0 || d > time.Hour+2*time.Second {
+		t.Errorf("terminal record TTL %v, want about 1h", d)
+	}
+	if d := ttl(idem); d <= 0 || d > time.Hour || d > ttl(bd.keys.Job(j.JobID)) {
+		t.Errorf("terminal idempotency key TTL %v, want about 1h and not past the record's", d)
+	}
+}
+
+// TestLegacyIdempotencyHash: a key recorded in the old P:jobs:idem HASH
+// (a board from before per-module keys) still finds its job.
+func TestLegacyIdempotencyHash(t *testing.T) {
+	bd := newBoard(t)
+	ctx := t.Context()
+	b := bd.broker(t, Config{})
+	bd.post(t, "m", `{"command":["x"],"idempotency_key":"old"}`)
+	feed(t, b)
+	j, _ := accept(t, b, next(t, b))
+	// Rewrite the board as an old broker left it.
+	if err := bd.rdb.Del(ctx, bd.keys.JobIdem("m", "old")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := bd.rdb.HSet(ctx, bd.keys.JobsIdem(), "old", j.JobID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	bd.post(t, "m", `{"command":["x"],"idempotency_key":"old"}`)
+	feed(t, b)
+	j2, created := accept(t, b, next(t, b))
+	if created || j2.JobID != j.JobID {
+		t.Errorf("duplicate of a legacy key: %s created %v, want %s", j2.JobID, created, j.JobID)
+	}
+}
