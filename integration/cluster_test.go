@@ -23,7 +23,7 @@ func TestRedisCluster(t *testing.T) {
 	board := redistest.Namespace(t)
 	st := storeFor(t, rdb, board)
 	url := "redis://" + cl.Addrs[0] + "?addr=" + strings.Join(cl.Addrs[1:], "&addr=")
-	cfg := smallNodeConfig(t, board, t.TempDir()+"/runs", "listen: off\n")
+	cfg := smallNodeConfig(t, board, jobDir(t)+"/runs", "listen: off\n")
 	runAdapter(t, "--config", cfg, "--redis", url)
 
 	good := postData(t, st, "planner", `{"template":"count"}`, nil)

@@ -283,7 +283,7 @@ func TestRestartDoesNotRunTwice(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb, board := redistest.New(t)
-	dir := t.TempDir()
+	dir := jobDir(t)
 	countFile := filepath.Join(dir, "runs")
 	extra := fmt.Sprintf(`  count:
     command: [/bin/sh, -c, 'echo "$COMPUTEBOARD_REQUEST_ID" >> "$COUNT_FILE"; sleep 0.3']

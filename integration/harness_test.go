@@ -65,10 +65,26 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// jobDir is a temporary directory that jobs can use: run as root, the
+// adapter runs jobs as "nobody", who must reach the work directory below
+// it and write the files the test templates append to. The test's
+// temporary root (mode 0700) becomes 0711: traversable, not listable.
+func jobDir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // writeConfig writes a test adapter config and returns its path.
 func writeConfig(t testing.TB, body string) string {
 	t.Helper()
-	dir := t.TempDir()
+	dir := jobDir(t)
 	p := filepath.Join(dir, "adapter.yaml")
 	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
@@ -85,11 +101,12 @@ templates:
   hello:
     command: [/bin/sh, -c, 'echo "hello from $COMPUTEBOARD_JOB_ID"']
   echo:
-    command: [echo]
+    command: [printf, --, '%%s\n']
     allow_arguments: true
     argument_pattern: '[A-Za-z0-9 _.,:=+-]{0,200}'
   sleep:
     command: [sleep]
+    end_of_options: true
     allow_arguments: true
     argument_pattern: '[0-9]{1,4}(\.[0-9]{1,3})?'
     max_arguments: 1

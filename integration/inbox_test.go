@@ -167,6 +167,28 @@ func waitAllTerminal(t *testing.T, rdb redis.UniversalClient, st *blackboard.Sto
 	return sts
 }
 
+// intakePending counts the intake messages delivered to consumer and not
+// yet acknowledged, over every intake lane of the board (whatever the lane
+// scheme: it scans for the streams under the intake prefix).
+func intakePending(t *testing.T, rdb redis.UniversalClient, st *blackboard.Store, consumer string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	var n int64
+	iter := rdb.ScanType(ctx, 0, st.Keys().Prefix()+":inbox:compute:*", 100, "stream").Iterator()
+	for iter.Next(ctx) {
+		p, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: iter.Val(), Group: blackboard.InboxGroup,
+			Start: "-", End: "+", Count: 100000, Consumer: consumer}).Result()
+		if err != nil && !strings.Contains(err.Error(), "NOGROUP") {
+			t.Fatal(err)
+		}
+		n += int64(len(p))
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // runCounts reads how often each request id ran.
 func runCounts(t *testing.T, files ...string) map[string]int {
 	t.Helper()
@@ -217,7 +239,7 @@ func TestCrashDuringBurst(t *testing.T) {
 	srv := redistest.Shared(t)
 	rdb, board := redistest.New(t)
 	st := storeFor(t, rdb, board)
-	dir := t.TempDir()
+	dir := jobDir(t)
 	countFile := filepath.Join(dir, "runs")
 	cfg := countingConfig(t, board, "crash-node", countFile, "")
 	p := startProc(t, "--config", cfg, "--redis", srv.URL(), "--consumer", "crash-a")
@@ -245,7 +267,7 @@ func TestTwoAdaptersShareTheGroup(t *testing.T) {
 	srv := redistest.Shared(t)
 	rdb, board := redistest.New(t)
 	st := storeFor(t, rdb, board)
-	dir := t.TempDir()
+	dir := jobDir(t)
 	fa, fb := filepath.Join(dir, "runs-a"), filepath.Join(dir, "runs-b")
 	cfgA := countingConfig(t, board, "node-a", fa, "")
 	cfgB := countingConfig(t, board, "node-b", fb, "")
@@ -256,10 +278,11 @@ func TestTwoAdaptersShareTheGroup(t *testing.T) {
 		return len(runCounts(t, fa)) >= 100 && len(runCounts(t, fb)) >= 100
 	})
 	a.kill(t)
-	// B takes over A's unacknowledged intake (after claim_idle) and its
-	// accepted-but-queued jobs; A comes back to settle the jobs it was
-	// running when it died.
-	time.Sleep(3 * time.Second)
+	// B takes over A's unacknowledged intake (after claim_idle); A comes
+	// back, once B has, to settle the jobs it was running when it died.
+	eventually(t, 60*time.Second, "adapter b to claim adapter a's pending intake", func() bool {
+		return intakePending(t, rdb, st, "adapter-a") == 0
+	})
 	startProc(t, "--config", cfgA, "--redis", srv.URL(), "--consumer", "adapter-a")
 	sts := waitAllTerminal(t, rdb, st, ids, 5*time.Minute)
 	runs := runCounts(t, fa, fb)
@@ -282,7 +305,7 @@ func TestRedisRestartDuringIntake(t *testing.T) {
 	rdb := srv.Client(t)
 	board := redistest.Namespace(t)
 	st := storeFor(t, rdb, board)
-	dir := t.TempDir()
+	dir := jobDir(t)
 	countFile := filepath.Join(dir, "runs")
 	cfg := countingConfig(t, board, "aof-node", countFile, "")
 	startProc(t, "--config", cfg, "--redis", srv.URL())
@@ -325,7 +348,9 @@ func TestRedisRestartDuringIntake(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
+	posted := func() int { mu.Lock(); defer mu.Unlock(); return len(ids) }
+	before := posted()
+	eventually(t, 60*time.Second, "20 requests posted after the restart", func() bool { return posted() >= before+20 })
 	close(stop)
 	<-done
 	mu.Lock()
@@ -348,7 +373,7 @@ func TestDeadAdapterWorkIsTakenOver(t *testing.T) {
 	srv := redistest.Shared(t)
 	rdb, board := redistest.New(t)
 	st := storeFor(t, rdb, board)
-	dir := t.TempDir()
+	dir := jobDir(t)
 	fa, fb := filepath.Join(dir, "runs-a"), filepath.Join(dir, "runs-b")
 	extra := "scheduler:\n  interval: 50ms\n  node_timeout: 3s\n"
 	mk := func(node, file string) string {

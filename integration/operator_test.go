@@ -22,14 +22,15 @@ func cli(t *testing.T, args ...string) (string, int) {
 }
 
 // TestOperatorCommands drives `adapter inbox …` against a running adapter:
-// reads work without a token, writes need it.
+// public reads work without a token; reads that show request payloads
+// (one held request, the dead letters) and writes need it.
 func TestOperatorCommands(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb, board := redistest.New(t)
 	st := storeFor(t, rdb, board)
 	const token = "op-s3cret"
-	cfg := smallNodeConfig(t, board, t.TempDir()+"/runs", "operator_token: "+token+"\n")
+	cfg := smallNodeConfig(t, board, jobDir(t)+"/runs", "operator_token: "+token+"\n")
 	cfg = writeConfig(t, strings.Replace(readFile(t, cfg), "scheduler:\n  interval: 50ms\n", "scheduler:\n  interval: 50ms\n  max_pending: 1\n", 1))
 	_, out := runAdapter(t, "--config", cfg, "--redis", srv.URL(), "--listen", "127.0.0.1:0")
 	api := apiURL(t, out)
@@ -48,10 +49,12 @@ func TestOperatorCommands(t *testing.T) {
 		}
 	}
 
-	// One job holds the node, one waits in the engine, the rest wait in the inbox.
+	// One job holds the node, one waits in the engine (critic's share of
+	// max_pending, all of it while critic is the only account waiting), the
+	// rest wait in the inbox.
 	busy := postData(t, st, "planner", `{"template":"sleep","arguments":["60"]}`, nil)
 	waitStatus(t, st, busy, wire.JobRunning)
-	engineHeld := postData(t, st, "planner", `{"template":"count"}`, nil)
+	engineHeld := postData(t, st, "critic", `{"template":"count"}`, nil)
 	waitStatus(t, st, engineHeld, wire.JobQueued)
 	a := postData(t, st, "critic", `{"template":"count","priority":3}`, nil)
 	b := postData(t, st, "critic", `{"template":"count","priority":3}`, nil)
@@ -68,7 +71,7 @@ func TestOperatorCommands(t *testing.T) {
 		o, code := cli(t, "inbox", "list", "--api", api, "--module", "critic")
 		return code == 0 && json.Unmarshal([]byte(o), &list) == nil && len(list.Items) == 2
 	})
-	if o, code := cli(t, "inbox", "show", a, "--api", api); code != 0 || !strings.Contains(o, a) {
+	if o, code := cli(t, "inbox", "show", a, "--api", api, "--token", token); code != 0 || !strings.Contains(o, a) {
 		t.Fatalf("inbox show: exit %d\n%s", code, o)
 	}
 	if o, code := cli(t, "inbox", "stats", "--api", api); code != 0 || !strings.Contains(o, `"by_module"`) {
@@ -91,7 +94,7 @@ func TestOperatorCommands(t *testing.T) {
 	}
 
 	// The dead-letter stream lists the bad request and the dropped one.
-	o, code := cli(t, "inbox", "dlq", "list", "--api", api)
+	o, code := cli(t, "inbox", "dlq", "list", "--api", api, "--token", token)
 	if code != 0 || !strings.Contains(o, bad) || !strings.Contains(o, a) {
 		t.Fatalf("dlq list: exit %d\n%s", code, o)
 	}

@@ -87,6 +87,11 @@ func runPost(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	defer rdb.Close()
 	e := blackboard.NewEntry(blackboard.RequestTopic, *module, raw)
+	if blackboard.ValidModule(*module) {
+		// The module's own id form, which a board with identity acl
+		// requires (its ACL user may write only P:entry:<module>:*).
+		e.ID = blackboard.NewModuleID(*module)
+	}
 	e.Priority = blackboard.Priority(*entryPrio)
 	e.Tags = []string{"compute", "request"}
 	if *ttl > 0 {
@@ -132,7 +137,7 @@ func openStore(ctx context.Context, redisURL, board string) (redis.UniversalClie
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, nil, fmt.Errorf("redis %s: %w (is the adapter running? `make run` serves the embedded blackboard)", redisURL, err)
+		return nil, nil, fmt.Errorf("redis %s: %w (is the adapter running? `make run` serves the embedded blackboard)", redactURL(redisURL), err)
 	}
 	store, err := blackboard.New(rdb, blackboard.Config{Namespace: board, Clock: clock.Real{}})
 	if err != nil {
@@ -147,7 +152,7 @@ func runInbox(ctx context.Context, args []string, getenv func(string) string, st
 	fs := flag.NewFlagSet("inbox", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	api := fs.String("api", envOr(getenv, "COMPUTEBOARD_API", "http://127.0.0.1:8377"), "the adapter's HTTP address")
-	token := fs.String("token", getenv("COMPUTEBOARD_OPERATOR_TOKEN"), "operator token for drop, requeue and replay (default $COMPUTEBOARD_OPERATOR_TOKEN)")
+	token := fs.String("token", getenv("COMPUTEBOARD_OPERATOR_TOKEN"), "operator token for show, dlq list, drop, requeue and replay (default $COMPUTEBOARD_OPERATOR_TOKEN)")
 	module := fs.String("module", "", "list: only this source module")
 	prio := fs.Int("priority", -1, "list: only this priority")
 	minAge := fs.Duration("min-age", 0, "list: only requests waiting at least this long")
@@ -236,7 +241,7 @@ func (c apiClient) do(ctx context.Context, method, path string, stdout io.Writer
 	if err != nil {
 		return err
 	}
-	if c.token != "" && method != "GET" {
+	if c.token != "" { // reads of payloads and dead letters need it too
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := http.DefaultClient.Do(req)

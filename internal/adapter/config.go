@@ -165,6 +165,10 @@ type SchedulerConfig struct {
 	// Its queued jobs are adopted after 30 s of silence (or NodeTimeout if
 	// shorter). Heartbeats go out every 5 s (or NodeTimeout/3).
 	NodeTimeout Duration `yaml:"node_timeout"`
+	// GangTimeout is how long a gang may wait for its missing members
+	// after its first member was accepted; then its members fail with
+	// gang_incomplete (default 5m).
+	GangTimeout Duration `yaml:"gang_timeout"`
 }
 
 // TelemetryConfig tunes the metrics publisher.
@@ -196,7 +200,9 @@ type AccountConfig struct {
 	Quota      AmountConfig `yaml:"quota"`
 	Guaranteed AmountConfig `yaml:"guaranteed"`
 	// Modules may bill this account besides the module of the same name
-	// (by default a module may bill only the account named after it).
+	// ("*": every module). By default a module may bill only the account
+	// named after it (enforced with identity acl, or when any account lists
+	// modules).
 	Modules []string `yaml:"modules"`
 	// RunAs is the user this account's jobs run as, unless their template
 	// or allowlist entry names one.
@@ -376,6 +382,9 @@ func (c *Config) fill(getenv func(string) string) error {
 	}
 	if c.Scheduler.NodeTimeout == 0 {
 		c.Scheduler.NodeTimeout = Duration(5 * time.Minute)
+	}
+	if c.Scheduler.GangTimeout == 0 {
+		c.Scheduler.GangTimeout = Duration(5 * time.Minute)
 	}
 	if c.Scheduler.MaxPending == 0 {
 		c.Scheduler.MaxPending = 10000

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/computeboard/computeboard/blackboard"
@@ -24,7 +25,7 @@ import (
 // jobBroker is what the dispatcher needs from the broker (owned here, the
 // consumer, so tests can see the whole seam on one screen).
 type jobBroker interface {
-	NextBatch(ctx context.Context, n int) ([]*broker.Delivery, error)
+	NextBatchAdmitted(ctx context.Context, n int, admit func(account string) bool) ([]*broker.Delivery, error)
 	AcceptBatch(ctx context.Context, ds []*broker.Delivery) []broker.AcceptResult
 	Reject(ctx context.Context, d *broker.Delivery, werr *wire.Error) error
 	Transition(ctx context.Context, jobID string, from, to wire.JobStatus, u broker.JobUpdate) (broker.Job, error)
@@ -75,21 +76,25 @@ type dispatcher struct {
 
 	explainedAt time.Time // owned by the Run goroutine
 
+	futureStamps atomic.Int64 // requests whose entry timestamp was after their acceptance (clamped)
+
 	cancelMu sync.Mutex
 	cancels  []string // guarded by cancelMu: job IDs whose requests were retracted
 
-	mu      sync.Mutex // guards everything below; held only for in-memory work
-	pending map[string]*tracked
-	running map[string]*tracked
-	ended   []engine.Running // ended since the last cycle, charged to usage once
-	state   engine.State
-	cycle   uint64
-	plan    engine.Plan
-	stats   counters
+	mu         sync.Mutex     // guards everything below; held only for in-memory work
+	handedOver map[string]int // accepted jobs on their way to pending (in d.incoming), by account
+	pending    map[string]*tracked
+	running    map[string]*tracked
+	ended      []engine.Running // ended since the last cycle, charged to usage once
+	state      engine.State
+	cycle      uint64
+	plan       engine.Plan
+	stats      counters
 }
 
 type counters struct {
 	submitted, completed, failed int
+	cancelled                    int
 	waitSum, turnSum             float64
 	waitN, turnN                 int
 	cycles                       int
@@ -106,11 +111,12 @@ func newDispatcher(cfg *Config, br jobBroker, prov providers.Provider, provName 
 	return &dispatcher{
 		cfg: cfg, br: br, prov: prov, provName: provName, node: node, policy: pol, accounts: accts,
 		clock: clk, log: log, notify: notify, pres: pres,
-		incoming: make(chan broker.Job, 1024),
-		wake:     make(chan struct{}, 1),
-		room:     make(chan struct{}, 1),
-		pending:  map[string]*tracked{},
-		running:  map[string]*tracked{},
+		incoming:   make(chan broker.Job, 1024),
+		wake:       make(chan struct{}, 1),
+		room:       make(chan struct{}, 1),
+		pending:    map[string]*tracked{},
+		running:    map[string]*tracked{},
+		handedOver: map[string]int{},
 	}
 }
 
@@ -144,12 +150,20 @@ func (d *dispatcher) OnCancel(c broker.Cancel) {
 }
 
 // Intake takes requests from the broker, makes them durable jobs and hands
-// them to the scheduling loop. It runs until ctx is done. While
-// Scheduler.MaxPending jobs wait in the engine it takes nothing, so the
-// backlog stays in the inbox and, past its capacity, in Redis.
+// them to the scheduling loop. It runs until ctx is done.
+//
+// Scheduler.MaxPending is shared by the accounts by their shares: an
+// account with jobs waiting in the engine takes new ones only while it
+// holds fewer than its share of MaxPending among the accounts that have
+// jobs waiting (see intakeAdmit), so one account's requests that cannot
+// start (an incomplete gang, a resource no node has free) never stop
+// another's. Requests of an account at its share stay in the inbox and,
+// past its capacity, in Redis.
 func (d *dispatcher) Intake(ctx context.Context) error {
 	for {
-		for d.pendingCount()+len(d.incoming) >= d.cfg.Scheduler.MaxPending {
+		// A hard bound for memory: twice MaxPending (the shares add up to
+		// MaxPending, plus what accounts took before others arrived).
+		for d.pendingCount()+len(d.incoming) >= 2*d.cfg.Scheduler.MaxPending {
 			select {
 			case <-ctx.Done():
 				return nil
@@ -157,11 +171,18 @@ func (d *dispatcher) Intake(ctx context.Context) error {
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
-		room := d.cfg.Scheduler.MaxPending - d.pendingCount() - len(d.incoming)
-		dels, err := d.br.NextBatch(ctx, min(max(room, 1), intakeBatch))
+		admit := d.intakeAdmit()
+		// Re-read the shares at least every 250 ms while nothing is
+		// admitted: pending jobs leave, and other accounts come and go.
+		nctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+		dels, err := d.br.NextBatchAdmitted(nctx, intakeBatch, admit)
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				continue
 			}
 			d.log.Warn("intake: next", "err", err)
 			if !sleepCtx(ctx, 100*time.Millisecond) {
@@ -192,6 +213,9 @@ func (d *dispatcher) Intake(ctx context.Context) error {
 			if r.Job.Status != wire.JobQueued || r.Job.RequestEntryID != dels[i].EntryID {
 				continue // a duplicate idempotency key, or cancelled while accepting
 			}
+			d.mu.Lock()
+			d.handedOver[r.Job.Account]++ // counted against its share until the engine holds it
+			d.mu.Unlock()
 			select {
 			case d.incoming <- r.Job:
 			case <-ctx.Done():
@@ -200,6 +224,58 @@ func (d *dispatcher) Intake(ctx context.Context) error {
 		}
 		d.poke()
 	}
+}
+
+// intakeAdmit returns the intake's admission test for one batch: account
+// a may take a request while it holds fewer than
+//
+//	MaxPending × S_a / (S_a + Σ S_b over the other accounts with pending jobs)
+//
+// pending jobs (S: the account's configured shares, 1 by default), counting
+// the requests this batch already took. A lone account may use all of
+// MaxPending; each account that arrives gets its share at once, and the
+// others take nothing until they are back under theirs. Jobs accepted but
+// not yet in the engine (on their way through d.incoming) count too.
+func (d *dispatcher) intakeAdmit() func(account string) bool {
+	d.mu.Lock()
+	held := maps.Clone(d.handedOver)
+	if held == nil {
+		held = map[string]int{}
+	}
+	for _, t := range d.pending {
+		held[t.rec.Account]++
+	}
+	d.mu.Unlock()
+	var total float64
+	for a := range held {
+		total += d.shares(a)
+	}
+	limit := float64(d.cfg.Scheduler.MaxPending)
+	return func(a string) bool {
+		s := d.shares(a)
+		others := total
+		if held[a] > 0 {
+			others -= s
+		}
+		if float64(held[a]) >= limit*s/(s+others) {
+			return false
+		}
+		held[a]++
+		if held[a] == 1 {
+			total += s
+		}
+		return true
+	}
+}
+
+// shares is an account's configured shares (1 when not configured).
+func (d *dispatcher) shares(account string) float64 {
+	for _, a := range d.accounts {
+		if a.Name == account && a.Shares > 0 {
+			return a.Shares
+		}
+	}
+	return 1
 }
 
 // intakeBatch is the most requests taken from the inbox in one round (one
@@ -340,9 +416,20 @@ func (d *dispatcher) track(j broker.Job) (*tracked, *wire.Error) {
 	}
 	sub := epochTime(j.AcceptedAt)
 	if j.SubmittedAt != nil {
-		sub = epochTime(*j.SubmittedAt)
+		// The poster's clock: a timestamp after acceptance (a clock ahead,
+		// or milliseconds sent as seconds) is clamped to the acceptance, so
+		// waits are never negative and never age a job ahead of its time.
+		if posted := epochTime(*j.SubmittedAt); posted.After(sub) {
+			d.futureStamps.Add(1)
+		} else {
+			sub = posted
+		}
 	}
-	return &tracked{rec: j, ej: engineJob(j, sub, d.cfg), cmd: cmd}, nil
+	ej := engineJob(j, sub, d.cfg)
+	// The provider stops the task at cmd.Timeout, so backfill may plan its
+	// end there whatever its estimate (as Slurm plans by time limit).
+	ej.TimeLimit = cmd.Timeout
+	return &tracked{rec: j, ej: ej, cmd: cmd}, nil
 }
 
 func (d *dispatcher) addPending(j broker.Job) {
@@ -396,6 +483,11 @@ func (d *dispatcher) step(ctx context.Context) {
 		select {
 		case j := <-d.incoming:
 			d.addPending(j)
+			d.mu.Lock()
+			if d.handedOver[j.Account]--; d.handedOver[j.Account] <= 0 {
+				delete(d.handedOver, j.Account)
+			}
+			d.mu.Unlock()
 			changed = true
 		default:
 			drained = true
@@ -442,6 +534,7 @@ func (d *dispatcher) applyCancels(ctx context.Context) bool {
 			}
 			d.mu.Lock()
 			delete(d.pending, p.rec.JobID)
+			d.stats.cancelled++
 			d.mu.Unlock()
 			_ = d.pres.Disown(ctx, id)
 			changed = true
@@ -563,18 +656,20 @@ func (d *dispatcher) finish(ctx context.Context, t *tracked, st providers.Status
 		d.pending[t.rec.JobID] = t
 	case to == wire.JobSucceeded:
 		d.stats.completed++
+	case to == wire.JobCancelled:
+		d.stats.cancelled++
 	default:
 		d.stats.failed++
 	}
 	if !t.started.IsZero() && !retry {
-		d.stats.turnSum += now.Sub(t.ej.Submitted).Seconds()
+		d.stats.turnSum += max(0, now.Sub(t.ej.Submitted).Seconds())
 		d.stats.turnN++
 	}
 	d.mu.Unlock()
 	if !retry {
 		_ = d.pres.Disown(ctx, t.rec.JobID)
 	}
-	d.log.Info("job ended", "job", t.rec.JobID, "status", to, "exit_code", st.ExitCode)
+	d.log.Info("job ended", "job", t.rec.JobID, "status", to, "exit_code", exitCodeValue(st.ExitCode))
 }
 
 // schedule runs one engine cycle and applies its placements.
@@ -615,10 +710,66 @@ func (d *dispatcher) schedule(ctx context.Context) bool {
 			changed = true
 		}
 	}
+	for _, r := range d.incompleteGangs(snap.Now) {
+		d.rejectFinal(ctx, r)
+		changed = true
+	}
 	if changed {
 		d.roomMade()
 	}
 	return changed
+}
+
+// incompleteGangs returns a final rejection (gang_incomplete) for each
+// pending member of a gang that still lacks members GangTimeout after its
+// first member was accepted: such a gang can never start, and its members
+// would hold their account's share of MaxPending for ever.
+func (d *dispatcher) incompleteGangs(now time.Time) []engine.Rejection {
+	type gang struct {
+		size, members int
+		first         time.Time
+		pending       []string
+	}
+	d.mu.Lock()
+	gangs := map[string]*gang{}
+	add := func(t *tracked, pending bool) {
+		if t.ej.GangID == "" || t.ej.GangSize <= 1 {
+			return
+		}
+		key := t.ej.Account + "\x00" + t.ej.GangID
+		g := gangs[key]
+		if g == nil {
+			g = &gang{size: t.ej.GangSize, first: epochTime(t.rec.AcceptedAt)}
+			gangs[key] = g
+		}
+		g.members++
+		if at := epochTime(t.rec.AcceptedAt); at.Before(g.first) {
+			g.first = at
+		}
+		if pending {
+			g.pending = append(g.pending, t.rec.JobID)
+		}
+	}
+	for _, t := range d.pending {
+		add(t, true)
+	}
+	for _, t := range d.running {
+		add(t, false)
+	}
+	d.mu.Unlock()
+	var out []engine.Rejection
+	timeout := d.cfg.Scheduler.GangTimeout.D()
+	for _, g := range gangs {
+		if g.members >= g.size || len(g.pending) == 0 || now.Sub(g.first) < timeout {
+			continue
+		}
+		slices.Sort(g.pending)
+		for _, id := range g.pending {
+			out = append(out, engine.Rejection{JobID: id, Reason: engine.Code(wire.CodeGangIncomplete), Final: true,
+				Message: fmt.Sprintf("gang has %d of its %d members %v after the first was accepted (scheduler.gang_timeout); post all members together", g.members, g.size, timeout)})
+		}
+	}
+	return out
 }
 
 // snapshotLocked builds the engine's input. d.mu is held.
@@ -673,6 +824,13 @@ func (d *dispatcher) start(ctx context.Context, p engine.Placement) bool {
 			d.pending[t.rec.JobID] = t // Redis trouble: try again next cycle
 			d.mu.Unlock()
 		}
+		if errors.Is(err, broker.ErrWithdrawn) { // cancelled in the same step
+			_ = d.pres.Disown(ctx, t.rec.JobID)
+			d.mu.Lock()
+			d.stats.cancelled++
+			d.mu.Unlock()
+			return true
+		}
 		return false // another adapter started it, or it was cancelled
 	}
 	t.rec = rec
@@ -682,6 +840,7 @@ func (d *dispatcher) start(ctx context.Context, p engine.Placement) bool {
 		ID:      taskID(rec.JobID, rec.Attempt),
 		Argv:    t.cmd.Argv,
 		Env:     jobEnv(t.cmd.Env, rec),
+		User:    t.cmd.User,
 		Timeout: t.cmd.Timeout,
 		Payload: rec.Request.Payload,
 		Resources: providers.Resources{
@@ -708,7 +867,7 @@ func (d *dispatcher) start(ctx context.Context, p engine.Placement) bool {
 	d.mu.Lock()
 	d.running[rec.JobID] = t
 	d.stats.placements++
-	d.stats.waitSum += t.started.Sub(t.ej.Submitted).Seconds()
+	d.stats.waitSum += max(0, t.started.Sub(t.ej.Submitted).Seconds())
 	d.stats.waitN++
 	d.mu.Unlock()
 	return true
@@ -760,9 +919,9 @@ func (d *dispatcher) Stats(inboxDepth int) PoolStats {
 	}
 	jobs := wire.JobStatusData{
 		PendingJobs: len(d.pending), RunningJobs: len(d.running),
-		CompletedJobs: s.completed, FailedJobs: s.failed, InboxDepth: inboxDepth,
+		CompletedJobs: s.completed, FailedJobs: s.failed, CancelledJobs: s.cancelled, InboxDepth: inboxDepth,
 		Statistics: wire.JobStatistics{
-			JobsSubmitted: s.submitted, JobsCompleted: s.completed, JobsFailed: s.failed,
+			JobsSubmitted: s.submitted, JobsCompleted: s.completed, JobsFailed: s.failed, JobsCancelled: s.cancelled,
 			AverageWaitTime: avg(s.waitSum, s.waitN), AverageTurnaroundTime: avg(s.turnSum, s.turnN),
 		},
 	}
@@ -922,6 +1081,15 @@ func jobEnv(env map[string]string, rec broker.Job) map[string]string {
 func epochTime(s float64) time.Time {
 	sec, frac := math.Modf(s)
 	return time.Unix(int64(sec), int64(frac*1e9))
+}
+
+// exitCodeValue is an exit code for a log line: the number, or "none"
+// when the process had none (killed by a signal, never started).
+func exitCodeValue(code *int) slog.Value {
+	if code == nil {
+		return slog.StringValue("none")
+	}
+	return slog.IntValue(*code)
 }
 
 func exitMessage(code *int) string {

@@ -70,6 +70,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runPost(ctx, rest, getenv, stdout, stderr)
 	case "inbox":
 		return runInbox(ctx, rest, getenv, stdout, stderr)
+	case "acl":
+		return runACL(ctx, rest, getenv, stdout, stderr)
 	case "jobs":
 		return runJobs(ctx, rest, getenv, stdout, stderr)
 	case "sim":

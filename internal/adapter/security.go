@@ -185,15 +185,33 @@ func (c *Config) userFor(override, account string) string {
 }
 
 // MayBill reports whether module may bill account: its own account
-// always, another only when that account lists the module.
+// always, another only when that account lists the module (or "*", every
+// module) in accounts[].modules.
 func (c *Config) MayBill(module, account string) bool {
 	if account == module {
 		return true
 	}
 	for _, a := range c.Accounts {
 		if a.Name == account {
-			return slices.Contains(a.Modules, module)
+			return slices.Contains(a.Modules, module) || slices.Contains(a.Modules, "*")
 		}
 	}
 	return false
+}
+
+// mayBill is the broker's billing check: with identity acl, a module
+// bills its own account, or one whose accounts[].modules lists it. With
+// identity trusted a module's name is what it says it is, so the check
+// applies only when the config lists modules on some account (and is nil,
+// any account, otherwise: the behaviour of boards before ACLs).
+func (c *Config) mayBill() func(module, account string) bool {
+	if c.Identity == IdentityACL {
+		return c.MayBill
+	}
+	for _, a := range c.Accounts {
+		if len(a.Modules) > 0 {
+			return c.MayBill
+		}
+	}
+	return nil
 }

@@ -108,7 +108,11 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 	if err != nil {
 		return fmt.Errorf("find own executable for the task supervisor: %w", err)
 	}
-	prov, err := local.New(local.Config{WorkDir: cfg.WorkDir, Logger: logger, Clock: clk, Env: baseEnv(), SupervisorPath: exe})
+	// Jobs run as cfg.RunAs (a task's template, allowlist entry or account
+	// may name another user); as root the default is "nobody", never root.
+	maxOut := int64(cfg.MaxOutputMB) << 20
+	prov, err := local.New(local.Config{WorkDir: cfg.WorkDir, Logger: logger, Clock: clk, Env: baseEnv(), SupervisorPath: exe,
+		User: cfg.RunAs, AllowRoot: cfg.AllowRoot, MaxOutputBytes: maxOut})
 	if err != nil {
 		return err
 	}
@@ -128,6 +132,11 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 		ModuleBurst:      cfg.Broker.ModuleBurst,
 		ModuleMaxWaiting: cfg.Broker.ModuleMaxWaiting,
 		OperatorToken:    cfg.OperatorToken,
+		PublicReads:      cfg.HTTP.PublicReads,
+		Identity:         cfg.Identity,
+		MayBill:          cfg.mayBill(),
+		JobRetention:     cfg.Retention.D(),
+		DLQMaxAge:        cfg.Retention.D(),
 		Check:            admissionCheck(cfg, node),
 		OnCancel:         func(c broker.Cancel) { disp.OnCancel(c) },
 		Clock:            clk,
@@ -188,15 +197,18 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 	g.Go(func() error { return pub.Run(gctx) })
 	g.Go(func() error { return ckpt.Run(gctx) })
 	g.Go(func() error { return pres.Run(gctx) })
+	g.Go(func() error {
+		return pruneTaskDirs(gctx, prov, clk, cfg.Retention.D(), logger.With("component", "retention"))
+	})
 	if cfg.Listen != "off" {
 		ln, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {
 			return fmt.Errorf("http: %w", err)
 		}
 		fmt.Fprintf(stdout, "computeboard adapter: HTTP API on http://%s (/healthz /readyz /metrics /api/v1)\n", ln.Addr())
-		srv := &http.Server{Handler: apiHandler(rdb, br, disp, reg, cfg), ReadHeaderTimeout: 5 * time.Second}
+		srv := newHTTPServer(cfg, apiHandler(rdb, br, disp, reg, cfg))
 		g.Go(func() error {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Serve(newLimitListener(ln, cfg.HTTP.MaxConnections)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
 			return nil
@@ -235,9 +247,9 @@ func connect(ctx context.Context, cfg *Config) (redis.UniversalClient, func(), s
 	defer cancel()
 	if err := c.Ping(pctx).Err(); err != nil {
 		_ = c.Close()
-		return nil, nil, "", fmt.Errorf("redis %s: %w", cfg.Redis, err)
+		return nil, nil, "", fmt.Errorf("redis %s: %w", redactURL(cfg.Redis), err)
 	}
-	return c, func() { _ = c.Close() }, cfg.Redis, nil
+	return c, func() { _ = c.Close() }, redactURL(cfg.Redis), nil
 }
 
 // dial builds a client from a URL: redis://, rediss:// or unix:// for one
@@ -249,13 +261,13 @@ func dial(url string) (redis.UniversalClient, error) {
 	if strings.Contains(url, "addr=") {
 		opt, err := redis.ParseClusterURL(url)
 		if err != nil {
-			return nil, fmt.Errorf("--redis %q: %w", url, err)
+			return nil, fmt.Errorf("--redis %q: %w", redactURL(url), err)
 		}
 		return redis.NewClusterClient(opt), nil
 	}
 	opt, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("--redis %q: %w", url, err)
+		return nil, fmt.Errorf("--redis %q: %w", redactURL(url), err)
 	}
 	return redis.NewClient(opt), nil
 }
@@ -310,13 +322,28 @@ func admissionCheck(cfg *Config, node engine.Node) func(wire.Request) *wire.Erro
 }
 
 // baseEnv is the environment every job starts from: enough to find
-// programs, nothing secret from the adapter's own environment.
+// programs, nothing from the adapter's own environment (the provider sets
+// HOME to the task's work directory, and USER and LOGNAME).
 func baseEnv() map[string]string {
-	env := map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
-	if h := os.Getenv("HOME"); h != "" {
-		env["HOME"] = h
+	return map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+}
+
+// pruneTaskDirs removes finished tasks' directories older than retention,
+// hourly (and once at start).
+func pruneTaskDirs(ctx context.Context, prov *local.Provider, clk clock.Clock, retention time.Duration, log *slog.Logger) error {
+	for {
+		n, err := prov.Prune(ctx, clk.Now().Add(-retention))
+		if err != nil && ctx.Err() == nil {
+			log.Warn("prune task directories", "err", err)
+		} else if n > 0 {
+			log.Info("pruned task directories", "removed", n, "older_than", retention)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Hour):
+		}
 	}
-	return env
 }
 
 // apiHandler serves health, metrics, the inbox API and the jobs API.
@@ -337,6 +364,21 @@ func apiHandler(rdb redis.UniversalClient, br *broker.Broker, disp *dispatcher, 
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/api/v1/inbox/", br.Handler())
 	mux.HandleFunc("GET /api/v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		// A job record holds its request's payload and environment: the
+		// token is needed, unless config makes reads public (environment
+		// values are redacted then for callers without the token).
+		authorized := broker.Authorized(r, cfg.OperatorToken)
+		if !authorized && !cfg.HTTP.PublicReads && cfg.OperatorToken == "" {
+			writeJSON(w, http.StatusForbidden, apiError("forbidden",
+				"job records hold request payloads and environments: configure an operator token (or set http.public_reads)"))
+			return
+		}
+		if !authorized && !cfg.HTTP.PublicReads {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="computeboard"`)
+			writeJSON(w, http.StatusUnauthorized, apiError("unauthorized",
+				"job records hold request payloads and environments: send Authorization: Bearer <operator token> (or set http.public_reads)"))
+			return
+		}
 		j, err := br.GetJob(r.Context(), r.PathValue("id"))
 		if errors.Is(err, broker.ErrNotFound) {
 			writeJSON(w, http.StatusNotFound, apiError("not_found", "no job "+r.PathValue("id")))
@@ -345,6 +387,9 @@ func apiHandler(rdb redis.UniversalClient, br *broker.Broker, disp *dispatcher, 
 		if err != nil {
 			writeJSON(w, http.StatusInternalServerError, apiError("internal", err.Error()))
 			return
+		}
+		if !authorized {
+			j = j.Redacted()
 		}
 		writeJSON(w, http.StatusOK, j)
 	})
@@ -376,28 +421,36 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // poolCollector exports the dispatcher's figures to Prometheus.
 type poolCollector struct {
-	disp  *dispatcher
-	depth func() int
-	util  *prometheus.Desc
-	jobs  *prometheus.Desc
+	disp   *dispatcher
+	depth  func() int
+	util   *prometheus.Desc
+	jobs   *prometheus.Desc
+	future *prometheus.Desc
 }
 
 func newPoolCollector(d *dispatcher, depth func() int) *poolCollector {
 	return &poolCollector{disp: d, depth: depth,
 		util: prometheus.NewDesc("computeboard_pool_utilization_ratio", "Allocated fraction of the pool by resource.", []string{"resource"}, nil),
-		jobs: prometheus.NewDesc("computeboard_jobs", "Jobs by state (pending, running) and counters (completed, failed) since start.", []string{"state"}, nil),
+		jobs: prometheus.NewDesc("computeboard_jobs", "Jobs by state (pending, running) and counters (completed, failed, cancelled) since start.", []string{"state"}, nil),
+		future: prometheus.NewDesc("computeboard_future_timestamps_total",
+			"Requests whose entry timestamp was after their acceptance (a poster's clock ahead, or milliseconds sent as seconds); their wait is counted from acceptance.", nil, nil),
 	}
 }
 
-func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.util; ch <- c.jobs }
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.util
+	ch <- c.jobs
+	ch <- c.future
+}
 
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.future, prometheus.CounterValue, float64(c.disp.futureStamps.Load()))
 	s := c.disp.Stats(c.depth())
 	for k, v := range s.Utilization {
 		ch <- prometheus.MustNewConstMetric(c.util, prometheus.GaugeValue, v, k)
 	}
 	for k, v := range map[string]int{"pending": s.Jobs.PendingJobs, "running": s.Jobs.RunningJobs,
-		"completed": s.Jobs.CompletedJobs, "failed": s.Jobs.FailedJobs} {
+		"completed": s.Jobs.CompletedJobs, "failed": s.Jobs.FailedJobs, "cancelled": s.Jobs.CancelledJobs} {
 		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(v), k)
 	}
 }
