@@ -287,14 +287,15 @@ func TestDuplicateIdempotencyKey(t *testing.T) {
 func TestReclaim(t *testing.T) {
 	bd := newBoard(t)
 	ctx := t.Context()
-	cfg := Config{ClaimIdle: 30 * time.Millisecond}
+	cfg := Config{ClaimIdle: time.Minute}
 	a := bd.broker(t, withConsumer(cfg, "a"))
 	b := bd.broker(t, withConsumer(cfg, "b"))
 	ids := []string{bd.post(t, "m", okData), bd.post(t, "m", okData)}
 	feed(t, a)
 
-	// a refreshes what it holds: b cannot take it.
-	time.Sleep(40 * time.Millisecond)
+	// a refreshes what it holds: b cannot take it. (age sets the messages'
+	// idle time in Redis, as if a minute had passed.)
+	bd.age(t, "a", 2*time.Minute)
 	if _, err := a.reclaimStep(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +304,7 @@ func TestReclaim(t *testing.T) {
 	}
 
 	// a stops refreshing (dead or cut off): b takes both over.
-	time.Sleep(40 * time.Millisecond)
+	bd.age(t, "a", 2*time.Minute)
 	if n, err := b.reclaimStep(ctx); err != nil || n != 2 {
 		t.Fatalf("b reclaimed %d, want 2 (%v)", n, err)
 	}
@@ -792,7 +793,14 @@ func TestTwoBrokersNoDoubleAcceptance(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(50 * time.Millisecond) // let in-flight Accepts finish
+	// The records are all there; wait for the adapters to have started
+	// each job (an Accept may still be between its record and its start).
+	for created.Load() < total || started.Load() < total {
+		if time.Now().After(deadline) {
+			break // reported below
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	cancel()
 	wg.Wait()
 	if created.Load() != total || started.Load() != total {

@@ -94,14 +94,7 @@ func ttl(s float64) func(*blackboard.Entry) { return func(e *blackboard.Entry) {
 func (bd *board) laneTotals(t testing.TB) (length, pending int64) {
 	t.Helper()
 	ctx := context.Background()
-	keys, err := bd.rdb.Keys(ctx, bd.keys.ModuleInboxes()+"*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for lane := range NumPriorities {
-		keys = append(keys, bd.keys.Inbox(lane))
-	}
-	for _, key := range keys {
+	for _, key := range bd.laneKeys(t) {
 		n, err := bd.rdb.XLen(ctx, key).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -199,4 +192,39 @@ func (bd *board) idemKeys(t testing.TB) int64 {
 		t.Fatal(err)
 	}
 	return int64(len(keys))
+}
+
+// age makes every intake message pending for consumer look idle for idle
+// (XCLAIM to the same consumer with IDLE), as if that much time had passed
+// without a refresh: tests of reclaiming need no sleeps.
+func (bd *board) age(t testing.TB, consumer string, idle time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	for _, key := range bd.laneKeys(t) {
+		ps, err := bd.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: blackboard.InboxGroup,
+			Start: "-", End: "+", Count: 1000, Consumer: consumer}).Result()
+		if err != nil {
+			continue // no group on this lane
+		}
+		for _, p := range ps {
+			if err := bd.rdb.Do(ctx, "XCLAIM", key, blackboard.InboxGroup, consumer, 0, p.ID,
+				"IDLE", idle.Milliseconds(), "JUSTID").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// laneKeys lists every intake lane of the board: the module lanes that
+// exist and the ten legacy lanes.
+func (bd *board) laneKeys(t testing.TB) []string {
+	t.Helper()
+	keys, err := bd.rdb.Keys(context.Background(), bd.keys.ModuleInboxes()+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for lane := range NumPriorities {
+		keys = append(keys, bd.keys.Inbox(lane))
+	}
+	return keys
 }

@@ -207,6 +207,30 @@ func TestCancellation(t *testing.T) {
 	if runs := runCounts(t, countFile); runs[queued] != 0 {
 		t.Errorf("cancelled request ran %d times", runs[queued])
 	}
+
+	// Telemetry counts both cancels, queued and running, as cancels, and
+	// neither as a failure.
+	eventually(t, 30*time.Second, "job_status telemetry counting two cancels", func() bool {
+		es, err := st.GetByTopic(t.Context(), wire.TopicJobStatus)
+		if err != nil || len(es) == 0 {
+			return false
+		}
+		latest := es[0]
+		for _, e := range es {
+			if e.Timestamp > latest.Timestamp {
+				latest = e
+			}
+		}
+		var js wire.JobStatusData
+		if json.Unmarshal(latest.Data, &js) != nil || js.CompletedJobs < 1 {
+			return false // not yet the figures after the last job
+		}
+		if js.CancelledJobs != 2 || js.FailedJobs != 0 || js.Statistics.JobsCancelled != 2 {
+			t.Fatalf("job_status: cancelled %d (statistics %d), failed %d; want 2 cancelled, 0 failed",
+				js.CancelledJobs, js.Statistics.JobsCancelled, js.FailedJobs)
+		}
+		return true
+	})
 }
 
 // TestBackpressureWithFullInbox bounds the engine's pending set and the
