@@ -28,7 +28,7 @@ test: deps ## Install what is missing, then run every test with the race detecto
 test-short: deps ## Unit tests only (skips integration/)
 	$(GO) test -short -count=1 $(PKGS)
 
-bench: deps ## Benchmarks: blackboard, broker intake, engine (see README for reading them)
+bench: deps ## Benchmarks: post→durable job vs asynq, blackboard, broker hand-off, engine (see README)
 	scripts/bench.sh
 
 sim: ## Run the shipped simulator traces

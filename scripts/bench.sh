@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Runs computeboard's benchmarks and prints each figure next to its
 # same-run baseline. Raw `go test -bench` output is kept under .run/bench/.
+# The durable-intake part (post→durable job against asynq's enqueue→handler)
+# starts its own redis-server on a unix socket and stops it on exit.
+# BENCH_ONLY=durable runs only that part; INTAKE_N (default 10000) and
+# PACED_N (default 5000) bound its request counts.
 # These machines are noisy: read ratios, not absolute numbers, and run it
 # twice before believing a change.
 set -euo pipefail
@@ -14,9 +18,48 @@ run() { # name, package, pattern, benchtime
   $GO test "$2" -run '^$' -bench "$3" -benchtime "$4" -count 1 -timeout 30m | tee "$out/$1.txt" >&2
 }
 
-run blackboard ./blackboard 'Post|Query|Baseline' 2s
-run broker     ./broker     'Intake|Accept|Baseline' 20000x
-run engine     ./engine     'Schedule' 3x
+durable() { # post→durable job (cmd/cbbench) against asynq (bench/peers/asynq), same Redis, same run
+  local bin=$PWD/$out/bin
+  mkdir -p "$bin"
+  echo "== durable intake: building cmd/cbbench and bench/peers/asynq" >&2
+  $GO build -o "$bin/cbbench" ./cmd/cbbench
+  (cd bench/peers/asynq && $GO build -o "$bin/asynq-peer" .)
+  command -v redis-server >/dev/null || { echo "redis-server not found: install it with \`sudo apt-get install -y redis-server\`" >&2; return 1; }
+  # Globals, so that the EXIT trap still sees them.
+  redis_dir=$(mktemp -d)
+  redis-server --port 0 --unixsocket "$redis_dir/r.sock" --save "" --appendonly no >"$redis_dir/redis.log" 2>&1 &
+  redis_pid=$!
+  trap 'kill "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null; rm -rf "$redis_dir"' EXIT
+  for _ in $(seq 100); do [ -S "$redis_dir/r.sock" ] && break; sleep 0.05; done
+  local r=(-network unix -redis "$redis_dir/r.sock") f=$out/durable.txt
+  : >"$f"
+  for c in 1 10 100; do # interleaved, so both sides see the same machine
+    "$bin/cbbench"    "${r[@]}" -clients "$c" -n "$INTAKE_N" | tee -a "$f" >&2
+    "$bin/asynq-peer" "${r[@]}" -clients "$c" -n "$INTAKE_N" | tee -a "$f" >&2
+  done
+  "$bin/cbbench"    "${r[@]}" -clients 10 -n "$PACED_N" -rate 1000 | tee -a "$f" >&2
+  "$bin/asynq-peer" "${r[@]}" -clients 10 -n "$PACED_N" -rate 1000 | tee -a "$f" >&2
+  kill "$redis_pid"; wait "$redis_pid" 2>/dev/null || true
+  rm -rf "$redis_dir"
+  trap - EXIT
+}
+
+# kv FILE SIDE CLIENTS RATE KEY: the value of KEY on durable.txt's line for that side and load.
+kv() {
+  awk -v side="side=$2" -v cl="clients=$3" -v rate="rate=$4" -v key="$5" '
+    { s = c = r = 0; for (i = 1; i <= NF; i++) { if ($i == side) s = 1; if ($i == cl) c = 1; if ($i == rate) r = 1 } }
+    s && c && r { for (i = 1; i <= NF; i++) if (index($i, key "=") == 1) { print substr($i, length(key) + 2); exit } }' "$1"
+}
+times() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "x%.2f", a / b; else print "n/a" }'; }
+
+INTAKE_N=${INTAKE_N:-10000}
+PACED_N=${PACED_N:-5000}
+if [ "${BENCH_ONLY:-}" != durable ]; then
+  run blackboard ./blackboard 'Post|Query|Baseline' 2s
+  run broker     ./broker     'Intake|Accept|Baseline' 20000x
+  run engine     ./engine     'Schedule' 3x
+fi
+durable
 
 # metric FILE NAME-REGEX UNIT: the value of UNIT on the first matching line.
 metric() {
@@ -26,6 +69,19 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1f%%", 100 * a /
 
 echo
 echo "== Summary (same run; ratios against the baseline measured next to it)"
+du=$out/durable.txt
+echo "post→durable job (Store.Post → record, job entry, consume, ack; NextBatch+AcceptBatch as the adapter's intake)"
+echo "against asynq enqueue→handler on the same Redis; $INTAKE_N requests per point:"
+for c in 1 10 100; do
+  cb=$(kv "$du" computeboard "$c" 0 req_per_s)
+  aq=$(kv "$du" asynq "$c" 0 tasks_per_s)
+  printf 'durable intake %4s clients: computeboard %7s req/s   asynq %7s tasks/s   = %s asynq\n' "$c" "$cb" "$aq" "$(times "$cb" "$aq")"
+done
+printf 'post→accepted at a paced 1,000 req/s, 10 clients, %s requests: p50 %s µs, p99 %s µs (asynq enqueue→handler at the same load: p50 %s µs, p99 %s µs)\n' \
+  "$PACED_N" "$(kv "$du" computeboard 10 1000 p50_us)" "$(kv "$du" computeboard 10 1000 p99_us)" \
+  "$(kv "$du" asynq 10 1000 p50_us)" "$(kv "$du" asynq 10 1000 p99_us)"
+[ "${BENCH_ONLY:-}" = durable ] && exit 0
+
 bb=$out/blackboard.txt
 xadd=$(metric "$bb" '^BenchmarkBaselineXADD' 'ops/s')
 hset=$(metric "$bb" '^BenchmarkBaselineHSET' 'ops/s')
@@ -41,17 +97,30 @@ printf 'broker pipelined XADD alone, 10 clients: %s req/s (the ceiling; each int
 # BenchmarkIntake/consumer=<next|batch>/load=<max|max-pipelined|1000rps>/clients=<n>:
 # intake to the adapter's hand-off (NextBatch for consumer=batch), as
 # pct_of_xadd of pipelined XADD measured just before it on the same server.
+# It stops at the in-memory hand-off: no job record, job entry, consume or
+# ack (the durable path is the "durable intake" lines above).
 for consumer in batch next; do
   for load in max-pipelined max; do
     for c in 1 10 1000; do
       l="^BenchmarkIntake/consumer=$consumer/load=$load/clients=$c(-|\$)"
-      printf 'broker intake %-5s %-13s %4s clients: %8s req/s = %5s%% of pipelined XADD (%s%% of its posters); CPU/req %s µs Go + %s µs Redis (pipelined XADD: %s + %s)\n' \
-        "$consumer" "$load" "$c" "$(metric "$br" "$l" 'req/s')" "$(metric "$br" "$l" 'pct_of_xadd')" "$(metric "$br" "$l" 'pct_of_post')" \
+      # pct_of_post divides by one-XADD-per-request posting: the posters'
+      # ceiling for load=max only (pipelined posters are faster than it).
+      posters="$(metric "$br" "$l" 'pct_of_post')% of one-XADD posters"
+      [ "$load" = max ] || posters="posters pipelined"
+      printf 'broker hand-off (in memory, not durable) %-5s %-13s %4s clients: %8s req/s = %5s%% of pipelined XADD (%s); CPU/req %s µs Go + %s µs Redis (pipelined XADD: %s + %s)\n' \
+        "$consumer" "$load" "$c" "$(metric "$br" "$l" 'req/s')" "$(metric "$br" "$l" 'pct_of_xadd')" "$posters" \
         "$(metric "$br" "$l" 'go-µs/req')" "$(metric "$br" "$l" 'redis-µs/req')" "$(metric "$br" "$l" 'xadd-go-µs/req')" "$(metric "$br" "$l" 'xadd-redis-µs/req')"
     done
   done
 done
-grep -E '^BenchmarkIntake/.*rps' "$br" | awk '{ for (i = 3; i < NF; i++) if ($(i+1) ~ /p(50|99)-µs/) s = s " " $(i+1) " " $i; print "broker paced  " $1 ":" s; s = "" }' || true
+# BenchmarkAccept: XADD (not Store.Post; entries pre-posted) to a durable job, 10 clients.
+for consumer in batch next; do
+  l="^BenchmarkAccept/consumer=$consumer/load=max/clients=10(-|\$)"
+  p="^BenchmarkAccept/consumer=$consumer/load=1000rps/clients=10(-|\$)"
+  printf 'broker accept (durable; XADD-posted, entries pre-posted) %-5s 10 clients: %8s req/s; at 1,000 req/s p50 %s µs, p99 %s µs\n' \
+    "$consumer" "$(metric "$br" "$l" 'req/s')" "$(metric "$br" "$p" 'p50-µs')" "$(metric "$br" "$p" 'p99-µs')"
+done
+grep -E '^BenchmarkIntake/.*rps' "$br" | awk '{ for (i = 3; i < NF; i++) if ($(i+1) ~ /p(50|99)-µs/) s = s " " $(i+1) " " $i; print "broker paced hand-off (in memory)  " $1 ":" s; s = "" }' || true
 
 en=$out/engine.txt
 for p in 1000 10000 100000; do

@@ -1,0 +1,251 @@
+// Command cbbench measures computeboard's intake as a poster sees it: from
+// blackboard.Store.Post of a compute.request to the moment its job is
+// durable (job record, job entry, request consumed, message acked). It is
+// the computeboard side of scripts/bench.sh, run against the same Redis as
+// the asynq peer in bench/peers/asynq, and prints one line of key=value
+// pairs.
+//
+// Posters: -clients goroutines share one go-redis client and call
+// Store.Post, one request per call, each as its own module (poster<i>).
+// Intake: one loop calling Broker.NextBatch(64) and Broker.AcceptBatch,
+// then recording the job holder (one HSET per batch), as the adapter's
+// Intake does (internal/adapter/dispatch.go). The store and the broker run
+// with the adapter's defaults except the per-module admission limits
+// (ModuleRate, ModuleMaxWaiting), which are off: with them a single fast
+// poster is rejected (rate_limited, inbox_full) and the run measures the
+// limiter, not the path. The engine and process starts are not included.
+//
+// With -rate 0 the posters go as fast as they can and req_per_s is the
+// rate until the last job is durable; with -rate R they offer R requests/s
+// together, and p50_us/p99_us are the post→accepted latency at that load.
+// After the timed part it checks that every job exists (jobs:active) and
+// that no intake message is left unacknowledged, and fails otherwise.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/broker"
+	"github.com/computeboard/computeboard/internal/clock"
+	"github.com/computeboard/computeboard/wire"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cbbench:", err)
+		os.Exit(1)
+	}
+}
+
+// intakeBatch is the adapter's batch size (internal/adapter's intakeBatch).
+const intakeBatch = 64
+
+// requestData is a minimal valid request.
+const requestData = `{"command":["echo","hi"]}`
+
+type options struct {
+	addr, network string
+	clients, n    int
+	rate          float64
+	timeout       time.Duration
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	var o options
+	fs := flag.NewFlagSet("cbbench", flag.ContinueOnError)
+	fs.StringVar(&o.addr, "redis", "127.0.0.1:6379", "Redis address (host:port, or a socket path with -network unix)")
+	fs.StringVar(&o.network, "network", "tcp", "tcp or unix")
+	fs.IntVar(&o.clients, "clients", 10, "concurrent posters")
+	fs.IntVar(&o.n, "n", 10000, "requests in all")
+	fs.Float64Var(&o.rate, "rate", 0, "requests/s offered by all posters together; 0: as fast as they can")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.clients < 1 || o.n < 1 {
+		return errors.New("-clients and -n must be at least 1")
+	}
+	rdb := redis.NewClient(&redis.Options{Network: o.network, Addr: o.addr})
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis %s: %w", o.addr, err)
+	}
+	r, err := measure(ctx, rdb, o)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "side=computeboard path=post-to-durable-job clients=%d n=%d rate=%g secs=%.3f req_per_s=%.0f p50_us=%d p99_us=%d jobs=%d unacked=%d\n",
+		o.clients, o.n, o.rate, r.elapsed.Seconds(), float64(o.n)/r.elapsed.Seconds(),
+		r.quantile(0.50).Microseconds(), r.quantile(0.99).Microseconds(), r.jobs, r.unacked)
+	return err
+}
+
+type result struct {
+	elapsed time.Duration
+	lat     []time.Duration // sorted
+	jobs    int64           // job records active after the run
+	unacked int64           // intake messages still pending after the run
+}
+
+func (r result) quantile(q float64) time.Duration {
+	return r.lat[int(q*float64(len(r.lat)-1))]
+}
+
+func measure(ctx context.Context, rdb *redis.Client, o options) (result, error) {
+	// A fresh board per run: nothing from an earlier run is read, evicted
+	// or counted.
+	ns := fmt.Sprintf("cbbench-%d-%d", os.Getpid(), time.Now().UnixNano())
+	discard := slog.New(slog.DiscardHandler)
+	store, err := blackboard.New(rdb, blackboard.Config{Namespace: ns, MaxEntries: 100000, Clock: clock.Real{}, Logger: discard})
+	if err != nil {
+		return result{}, err
+	}
+	br, err := broker.New(rdb, store, broker.Config{Consumer: "cbbench", ModuleRate: -1, ModuleMaxWaiting: -1,
+		Clock: clock.Real{}, Logger: discard})
+	if err != nil {
+		return result{}, err
+	}
+	if err := br.EnsureGroups(ctx); err != nil {
+		return result{}, err
+	}
+	defer cleanup(rdb, store.Keys())
+
+	entries := make([]*blackboard.Entry, o.n)
+	index := make(map[string]int, o.n) // entry id → request number; read-only once posting starts
+	for i := range entries {
+		e := blackboard.NewEntry(blackboard.RequestTopic, fmt.Sprint("poster", i%o.clients), []byte(requestData))
+		e.ID = blackboard.NewID()
+		entries[i] = e
+		index[e.ID] = i
+	}
+	sent := make([]atomic.Int64, o.n) // unix ns just before Post
+	lat := make([]time.Duration, o.n)
+
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	g, gctx := errgroup.WithContext(ctx)
+	runCtx, stopRun := context.WithCancel(gctx)
+	g.Go(func() error { return ignoreCancel(store.Run(runCtx)) })
+	g.Go(func() error { return ignoreCancel(br.Run(runCtx)) })
+
+	start := time.Now()
+	var end time.Time
+	g.Go(func() error { // the adapter's intake loop
+		owners, node := store.Keys().JobsOwner(), "cbbench"
+		left := o.n
+		for left > 0 {
+			ds, err := br.NextBatch(gctx, intakeBatch)
+			if err != nil {
+				return fmt.Errorf("next batch (%d requests left): %w", left, err)
+			}
+			results := br.AcceptBatch(gctx, ds)
+			now := time.Now()
+			held := make([]any, 0, 2*len(results))
+			for i, r := range results {
+				if r.Err != nil {
+					return fmt.Errorf("accept %s: %w", ds[i].EntryID, r.Err)
+				}
+				if !r.Created || r.Job.Status != wire.JobQueued {
+					return fmt.Errorf("accept %s: job %s is %s (created %v), want a new queued job", ds[i].EntryID, r.Job.JobID, r.Job.Status, r.Created)
+				}
+				k, ok := index[ds[i].EntryID]
+				if !ok {
+					return fmt.Errorf("accept: unknown request %s", ds[i].EntryID)
+				}
+				lat[k] = time.Duration(now.UnixNano() - sent[k].Load())
+				held = append(held, r.Job.JobID, node)
+				left--
+			}
+			if len(held) > 0 {
+				if err := rdb.HSet(gctx, owners, held...).Err(); err != nil {
+					return fmt.Errorf("record job holders: %w", err)
+				}
+			}
+		}
+		end = time.Now()
+		stopRun()
+		return nil
+	})
+	for c := range o.clients {
+		g.Go(func() error {
+			for i := c; i < o.n; i += o.clients {
+				if o.rate > 0 {
+					due := start.Add(time.Duration(float64(i) / o.rate * float64(time.Second)))
+					if d := time.Until(due); d > 0 {
+						time.Sleep(d)
+					}
+				}
+				sent[i].Store(time.Now().UnixNano())
+				if _, err := store.Post(gctx, entries[i]); err != nil {
+					return fmt.Errorf("post: %w", err)
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return result{}, err
+	}
+	r := result{elapsed: end.Sub(start), lat: lat}
+	slices.Sort(r.lat)
+	bg := context.Background()
+	if r.jobs, err = rdb.ZCard(bg, store.Keys().JobsActive()).Result(); err != nil {
+		return result{}, err
+	}
+	lanes, err := rdb.SMembers(bg, store.Keys().InboxLanes()).Result()
+	if err != nil {
+		return result{}, err
+	}
+	for _, l := range lanes {
+		p, err := rdb.XPending(bg, store.Keys().ModuleInboxes()+l, blackboard.InboxGroup).Result()
+		if err != nil {
+			return result{}, fmt.Errorf("xpending %s: %w", l, err)
+		}
+		r.unacked += p.Count
+	}
+	if r.jobs != int64(o.n) || r.unacked != 0 {
+		return r, fmt.Errorf("after the run: %d job records active, want %d; %d intake messages unacknowledged, want 0", r.jobs, o.n, r.unacked)
+	}
+	return r, nil
+}
+
+func ignoreCancel(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// cleanup deletes the run's board: every key under its prefix.
+func cleanup(rdb *redis.Client, k blackboard.Keys) {
+	ctx := context.Background()
+	iter := rdb.Scan(ctx, 0, k.Prefix()+"*", 1000).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		if batch = append(batch, iter.Val()); len(batch) == 1000 {
+			rdb.Unlink(ctx, batch...)
+			batch = batch[:0]
+		}
+	}
+	if len(batch) > 0 {
+		rdb.Unlink(ctx, batch...)
+	}
+}

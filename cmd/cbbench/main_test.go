@@ -1,0 +1,33 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/computeboard/computeboard/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// TestRun checks that a small run, saturating and paced, ends with every
+// job made and every request acked (run fails otherwise) and prints its
+// line. It asserts nothing about the figures.
+func TestRun(t *testing.T) {
+	sock := redistest.Shared(t).SocketPath()
+	for name, args := range map[string][]string{
+		"saturating": {"-clients", "3", "-n", "200"},
+		"paced":      {"-clients", "2", "-n", "50", "-rate", "500"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out strings.Builder
+			if err := run(t.Context(), append([]string{"-network", "unix", "-redis", sock}, args...), &out); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"side=computeboard ", " unacked=0\n"} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("output %q lacks %q", out.String(), want)
+				}
+			}
+		})
+	}
+}
