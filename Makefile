@@ -24,6 +24,7 @@ deps: ## Install what the tests need (redis-server, python3-redis) if missing
 
 test: deps ## Install what is missing, then run every test with the race detector
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+	@GO=$(GO) scripts/test-unprivileged.sh
 
 test-short: deps ## Unit tests only (skips integration/)
 	$(GO) test -short -count=1 $(PKGS)
