@@ -51,6 +51,9 @@ type Task struct {
 	User string
 	// Resources is what the placement reserved for the task.
 	Resources Resources
+	// Placement is where the scheduler put the task: node, CPU set, NUMA
+	// domain and devices. Providers confine the task to it where they can.
+	Placement Placement
 	// Timeout bounds the run time from Start; zero means none. A task that
 	// runs past it is stopped and reported failed with TimedOut set.
 	Timeout time.Duration
@@ -67,11 +70,19 @@ type Task struct {
 const PayloadEnv = "COMPUTEBOARD_PAYLOAD"
 
 // Resources is a task's reservation. Whether it is enforced depends on the
-// provider (the local provider does not yet enforce CPU or memory).
+// provider (see the provider's Confinement).
 type Resources struct {
-	CPUCores    float64  // fractional cores
-	MemoryBytes int64    // bytes
-	GPUs        []string // device IDs (index or UUID, MIG UUIDs included)
+	CPUCores    float64 // fractional cores
+	MemoryBytes int64   // bytes
+}
+
+// Placement is the scheduler's choice for one task.
+type Placement struct {
+	Node string   // pool node name
+	CPUs []int    // CPU IDs the task may run on; empty = any of the node's
+	NUMA int      // NUMA domain; -1 = none chosen
+	GPUs []string // whole GPUs by UUID
+	MIG  []string // MIG instances by UUID
 }
 
 // Handle names a started task. It is a plain value that survives JSON and
@@ -119,6 +130,9 @@ type Status struct {
 	// TimedOut is set when the task was stopped for running past its
 	// Timeout; State is then StateFailed.
 	TimedOut bool `json:"timed_out,omitempty"`
+	// OOMKilled is set when the task was killed for going over its memory
+	// limit; State is then StateFailed.
+	OOMKilled bool `json:"oom_killed,omitempty"`
 	// Suspended is set while a running task is paused by a Suspender.
 	Suspended  bool      `json:"suspended,omitempty"`
 	StartedAt  time.Time `json:"started_at,omitzero"`

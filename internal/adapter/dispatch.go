@@ -846,8 +846,8 @@ func (d *dispatcher) start(ctx context.Context, p engine.Placement) bool {
 		Resources: providers.Resources{
 			CPUCores:    rec.Request.Resources.CPUCores,
 			MemoryBytes: int64(rec.Request.Resources.MemoryGB * (1 << 30)),
-			GPUs:        append(slices.Clone(p.GPUs), p.MIG...),
 		},
+		Placement: providers.Placement{Node: p.Node, NUMA: p.NUMA, GPUs: slices.Clone(p.GPUs), MIG: slices.Clone(p.MIG)},
 		Labels: map[string]string{"job": rec.JobID, "account": rec.Account, "attempt": strconv.Itoa(rec.Attempt)},
 	}
 	h, err := d.prov.Start(ctx, task)

@@ -489,8 +489,8 @@ func (p *Provider) environ(t providers.Task, payload, home string, acct account)
 		m["USER"], m["LOGNAME"] = acct.name, acct.name
 	}
 	maps.Copy(m, t.Env)
-	if len(t.Resources.GPUs) > 0 {
-		m["CUDA_VISIBLE_DEVICES"] = strings.Join(t.Resources.GPUs, ",")
+	if gpus := append(slices.Clone(t.Placement.GPUs), t.Placement.MIG...); len(gpus) > 0 {
+		m["CUDA_VISIBLE_DEVICES"] = strings.Join(gpus, ",")
 	}
 	m[providers.PayloadEnv] = payload
 	env := make([]string, 0, len(m))
