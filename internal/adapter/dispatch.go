@@ -848,7 +848,7 @@ func (d *dispatcher) start(ctx context.Context, p engine.Placement) bool {
 			MemoryBytes: int64(rec.Request.Resources.MemoryGB * (1 << 30)),
 		},
 		Placement: providers.Placement{Node: p.Node, NUMA: p.NUMA, GPUs: slices.Clone(p.GPUs), MIG: slices.Clone(p.MIG)},
-		Labels: map[string]string{"job": rec.JobID, "account": rec.Account, "attempt": strconv.Itoa(rec.Attempt)},
+		Labels:    map[string]string{"job": rec.JobID, "account": rec.Account, "attempt": strconv.Itoa(rec.Attempt)},
 	}
 	h, err := d.prov.Start(ctx, task)
 	if err != nil {
