@@ -181,3 +181,30 @@ func (k Keys) common() []string {
 func (k Keys) prios() []string {
 	return []string{k.Prio(Low), k.Prio(Normal), k.Prio(High), k.Prio(Critical)}
 }
+
+// The pool's keys (package pool owns what they hold).
+
+// PoolLease is the scheduler lease: a STRING "<epoch> <holder> <url>"
+// with a PX expiry, renewed by the active scheduler.
+func (k Keys) PoolLease() string { return k.prefix + ":pool:lease" } // STRING
+
+// PoolEpoch is the fencing epoch: incremented on every lease acquisition,
+// never expires. Every scheduler write checks it in the same Lua step.
+func (k Keys) PoolEpoch() string { return k.prefix + ":pool:epoch" } // STRING (integer)
+
+// PoolNodes maps a node name to its inventory JSON (written by its agent).
+func (k Keys) PoolNodes() string { return k.prefix + ":pool:nodes" } // HASH
+
+// PoolBeats holds each node's last heartbeat: member node, score epoch ms.
+func (k Keys) PoolBeats() string { return k.prefix + ":pool:beats" } // ZSET
+
+// NodeAssign is node's durable assignment channel (scheduler → agent).
+func (k Keys) NodeAssign(node string) string { return k.prefix + ":pool:assign:" + node } // STREAM
+
+// NodeJobs holds the IDs of the jobs assigned to node and not yet settled
+// by its agent (so a restarted agent finds them, lost ones included).
+func (k Keys) NodeJobs(node string) string { return k.prefix + ":pool:node:" + node + ":jobs" } // SET
+
+// PoolReports is the agents' report stream to the scheduler: a job
+// started, ended or went back to the queue (approximately capped).
+func (k Keys) PoolReports() string { return k.prefix + ":pool:reports" } // STREAM
