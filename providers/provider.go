@@ -78,11 +78,11 @@ type Resources struct {
 
 // Placement is the scheduler's choice for one task.
 type Placement struct {
-	Node string   // pool node name
-	CPUs []int    // CPU IDs the task may run on; empty = any of the node's
-	NUMA int      // NUMA domain; -1 = none chosen
-	GPUs []string // whole GPUs by UUID
-	MIG  []string // MIG instances by UUID
+	Node string   `json:"node"`
+	CPUs []int    `json:"cpus,omitempty"` // CPU IDs the task may run on; empty = any of the node's
+	NUMA int      `json:"numa"`           // NUMA domain; -1 = none chosen
+	GPUs []string `json:"gpus,omitempty"` // whole GPUs by UUID
+	MIG  []string `json:"mig,omitempty"`  // MIG instances by UUID
 }
 
 // Handle names a started task. It is a plain value that survives JSON and

@@ -1,0 +1,336 @@
+package pool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/providers"
+)
+
+// AgentGroup is the consumer group agents read their node streams with.
+const AgentGroup = "agent"
+
+// Message kinds on a node's assignment stream.
+const (
+	KindStart = "start" // run the job (Placement set)
+	KindStop  = "stop"  // stop the job's task (Reason set)
+)
+
+// Assignment is one placement the scheduler gives a node.
+type Assignment struct {
+	JobID     string
+	Placement providers.Placement // Placement.Node is the node
+}
+
+// Message is one order an agent read from its node's stream.
+type Message struct {
+	ID        string // stream entry ID
+	Node      string
+	Kind      string
+	JobID     string
+	Placement providers.Placement // KindStart
+	Reason    string              // KindStop
+	Err       error               // a malformed message (acknowledge and drop it)
+}
+
+// Channel is the per-node assignment streams and the report stream of one
+// board.
+type Channel struct {
+	rdb    redis.UniversalClient
+	keys   blackboard.Keys
+	maxLen int64
+}
+
+// NewChannel returns the channel of the board whose keys are k.
+func NewChannel(rdb redis.UniversalClient, k blackboard.Keys) *Channel {
+	return &Channel{rdb: rdb, keys: k, maxLen: 100_000}
+}
+
+// Assign gives each job to its placement's node, in one pipeline of fenced
+// steps; errs[i] is nil (assigned), ErrFenced, ErrNotQueued or ErrNoJob
+// (nothing changed for that job), or a Redis error.
+func (c *Channel) Assign(ctx context.Context, f Fence, as []Assignment) []error {
+	errs := make([]error, len(as))
+	if len(as) == 0 {
+		return errs
+	}
+	keys := make([][]string, len(as))
+	args := make([][]any, len(as))
+	for i, a := range as {
+		b, err := json.Marshal(a.Placement)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		n := a.Placement.Node
+		keys[i] = []string{f.Key, c.keys.Job(a.JobID), c.keys.NodeAssign(n), c.keys.NodeJobs(n)}
+		args[i] = []any{f.Epoch, n, a.JobID, b, c.maxLen}
+	}
+	cmds := evalBatch(ctx, c.rdb, scriptAssign, keys, args)
+	for i, cmd := range cmds {
+		if cmd == nil {
+			continue
+		}
+		res, err := cmd.Slice()
+		if err != nil {
+			errs[i] = fmt.Errorf("pool: assign %s: %w", as[i].JobID, err)
+			continue
+		}
+		code, _ := res[0].(int64)
+		detail, _ := res[1].(string)
+		switch code {
+		case 1:
+		case 0:
+			errs[i] = fmt.Errorf("pool: assign %s: %w (status %s)", as[i].JobID, ErrNotQueued, detail)
+		case -1:
+			errs[i] = fmt.Errorf("pool: assign %s: %w", as[i].JobID, ErrNoJob)
+		default:
+			errs[i] = fmt.Errorf("pool: assign %s: %w (epoch %d, current %s)", as[i].JobID, ErrFenced, f.Epoch, detail)
+		}
+	}
+	return errs
+}
+
+// Stop orders node's agent to stop the job's task (fenced).
+func (c *Channel) Stop(ctx context.Context, f Fence, node, jobID, reason string) error {
+	n, err := scriptOrder.Run(ctx, c.rdb, []string{f.Key, c.keys.NodeAssign(node)}, f.Epoch, KindStop, jobID, reason).Int()
+	if err != nil {
+		return fmt.Errorf("pool: stop %s on %s: %w", jobID, node, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("pool: stop %s on %s: %w", jobID, node, ErrFenced)
+	}
+	return nil
+}
+
+// EnsureGroups creates the agent group on each node's stream (and the
+// stream), reading from its start, so orders written before the agent
+// first came up are read too.
+func (c *Channel) EnsureGroups(ctx context.Context, nodes []string) error {
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, n := range nodes {
+			p.XGroupCreateMkStream(ctx, c.keys.NodeAssign(n), AgentGroup, "0")
+		}
+		return nil
+	})
+	if err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("pool: create agent groups: %w", err)
+	}
+	return nil
+}
+
+// Read returns up to count orders for the nodes, waiting up to block for
+// one (0: don't wait). With pending set it re-reads the orders delivered to
+// consumer earlier and never acknowledged (after an agent restart) instead
+// of new ones.
+func (c *Channel) Read(ctx context.Context, consumer string, nodes []string, count int64, block time.Duration, pending bool) ([]Message, error) {
+	if len(nodes) == 0 {
+		return nil, nil
+	}
+	streams := make([]string, 0, 2*len(nodes))
+	byKey := make(map[string]string, len(nodes))
+	for _, n := range nodes {
+		k := c.keys.NodeAssign(n)
+		streams = append(streams, k)
+		byKey[k] = n
+	}
+	id := ">"
+	if pending {
+		id = "0"
+	}
+	for range nodes {
+		streams = append(streams, id)
+	}
+	a := &redis.XReadGroupArgs{Group: AgentGroup, Consumer: consumer, Streams: streams, Count: count, Block: block}
+	if block <= 0 {
+		a.Block = -1
+	}
+	res, err := c.rdb.XReadGroup(ctx, a).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pool: read orders: %w", err)
+	}
+	var out []Message
+	for _, s := range res {
+		for _, m := range s.Messages {
+			out = append(out, decodeMessage(byKey[s.Stream], m))
+		}
+	}
+	return out, nil
+}
+
+func decodeMessage(node string, m redis.XMessage) Message {
+	str := func(k string) string { s, _ := m.Values[k].(string); return s }
+	msg := Message{ID: m.ID, Node: node, Kind: str("kind"), JobID: str("job"), Reason: str("reason")}
+	switch {
+	case msg.JobID == "":
+		msg.Err = fmt.Errorf("order %s on node %s names no job", m.ID, node)
+	case msg.Kind == KindStart:
+		if err := json.Unmarshal([]byte(str("placement")), &msg.Placement); err != nil {
+			msg.Err = fmt.Errorf("order %s on node %s: placement: %w", m.ID, node, err)
+		}
+	case msg.Kind == KindStop:
+	default:
+		msg.Err = fmt.Errorf("order %s on node %s: unknown kind %q", m.ID, node, msg.Kind)
+	}
+	return msg
+}
+
+// Ack acknowledges and deletes handled orders (one pipeline).
+func (c *Channel) Ack(ctx context.Context, msgs ...Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, m := range msgs {
+			k := c.keys.NodeAssign(m.Node)
+			p.XAck(ctx, k, AgentGroup, m.ID)
+			p.XDel(ctx, k, m.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("pool: ack orders: %w", err)
+	}
+	return nil
+}
+
+// Settle removes jobs from node's job set: their outcome is recorded.
+func (c *Channel) Settle(ctx context.Context, node string, jobIDs ...string) error {
+	if len(jobIDs) == 0 {
+		return nil
+	}
+	m := make([]any, len(jobIDs))
+	for i, id := range jobIDs {
+		m[i] = id
+	}
+	return c.rdb.SRem(ctx, c.keys.NodeJobs(node), m...).Err()
+}
+
+// NodeJobs returns the jobs assigned to node and not yet settled.
+func (c *Channel) NodeJobs(ctx context.Context, node string) ([]string, error) {
+	ids, err := c.rdb.SMembers(ctx, c.keys.NodeJobs(node)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("pool: jobs of node %s: %w", node, err)
+	}
+	return ids, nil
+}
+
+// Report events.
+const (
+	EventStarted  = "started"  // the job's task started (status running)
+	EventEnded    = "ended"    // the job reached a terminal status, or went back to the queue
+	EventRefused  = "refused"  // the agent did not start the job (not queued any more, or moved elsewhere)
+	EventCorrects = "corrects" // a job ended lost got its true outcome
+)
+
+// Report is one agent → scheduler notice. The job record is the truth; a
+// report only tells the scheduler to look.
+type Report struct {
+	ID    string // stream entry ID (on read)
+	JobID string
+	Node  string
+	Event string
+}
+
+// Report appends reports to the report stream (one pipeline).
+func (c *Channel) Report(ctx context.Context, rs ...Report) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, r := range rs {
+			p.XAdd(ctx, &redis.XAddArgs{Stream: c.keys.PoolReports(), MaxLen: c.maxLen, Approx: true,
+				Values: []any{"job", r.JobID, "node", r.Node, "event", r.Event}})
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("pool: report: %w", err)
+	}
+	return nil
+}
+
+// LastReport is the ID of the newest report ("0-0" when none): where a
+// newly elected scheduler starts reading, after its own rescan.
+func (c *Channel) LastReport(ctx context.Context) (string, error) {
+	res, err := c.rdb.XRevRangeN(ctx, c.keys.PoolReports(), "+", "-", 1).Result()
+	if err != nil {
+		return "", fmt.Errorf("pool: last report: %w", err)
+	}
+	if len(res) == 0 {
+		return "0-0", nil
+	}
+	return res[0].ID, nil
+}
+
+// Reports returns up to count reports after the ID after, waiting up to
+// block for one (0: don't wait).
+func (c *Channel) Reports(ctx context.Context, after string, count int64, block time.Duration) ([]Report, error) {
+	a := &redis.XReadArgs{Streams: []string{c.keys.PoolReports(), after}, Count: count, Block: block}
+	if block <= 0 {
+		a.Block = -1
+	}
+	res, err := c.rdb.XRead(ctx, a).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pool: read reports: %w", err)
+	}
+	var out []Report
+	for _, s := range res {
+		for _, m := range s.Messages {
+			str := func(k string) string { s, _ := m.Values[k].(string); return s }
+			out = append(out, Report{ID: m.ID, JobID: str("job"), Node: str("node"), Event: str("event")})
+		}
+	}
+	return out, nil
+}
+
+// evalBatch runs script sc once per keys[i]/args[i] (skipping nil keys) in
+// one pipeline of EVALSHA; calls that meet NOSCRIPT (not loaded yet, or
+// Redis restarted) are sent again after loading the script.
+func evalBatch(ctx context.Context, rdb redis.UniversalClient, sc *redis.Script, keys [][]string, args [][]any) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(keys))
+	send := func(idx []int) {
+		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range idx {
+				cmds[i] = sc.EvalSha(ctx, p, keys[i], args[i]...)
+			}
+			return nil
+		})
+	}
+	var all []int
+	for i := range keys {
+		if keys[i] != nil {
+			all = append(all, i)
+		}
+	}
+	if len(all) == 0 {
+		return cmds
+	}
+	send(all)
+	var again []int
+	for _, i := range all {
+		if err := cmds[i].Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		if err := sc.Load(ctx, rdb).Err(); err != nil {
+			return cmds // the NOSCRIPT errors stand
+		}
+		send(again)
+	}
+	return cmds
+}

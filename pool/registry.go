@@ -1,0 +1,164 @@
+package pool
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/internal/clock"
+	"github.com/computeboard/computeboard/inventory"
+)
+
+// NodeRecord is what an agent registers for one node.
+type NodeRecord struct {
+	inventory.Node
+	Agent    string `json:"agent"`          // the agent process (its id) that serves the node
+	Provider string `json:"provider"`       // the provider that runs its tasks ("local", "fake", …)
+	Fake     bool   `json:"fake,omitempty"` // a virtual node (adapter serve --fake-nodes): nothing really runs
+	// Confined lists the controls the node's provider enforces on each
+	// task ("cpu", "memory", "cpuset", "kill"); absent ones are not claimed.
+	Confined []string `json:"confined,omitempty"`
+}
+
+// NodeState is a registered node and its last heartbeat.
+type NodeState struct {
+	NodeRecord
+	LastBeat time.Time
+}
+
+// Registry is the pool's node inventory on the board.
+type Registry struct {
+	rdb   redis.UniversalClient
+	nodes string
+	beats string
+	clk   clock.Clock
+}
+
+// NewRegistry returns the registry of the board whose keys are k.
+func NewRegistry(rdb redis.UniversalClient, k blackboard.Keys, clk clock.Clock) *Registry {
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	return &Registry{rdb: rdb, nodes: k.PoolNodes(), beats: k.PoolBeats(), clk: clk}
+}
+
+// Register writes the nodes' inventories and a first heartbeat for each.
+func (r *Registry) Register(ctx context.Context, recs ...NodeRecord) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	fields := make([]any, 0, 2*len(recs))
+	for _, rec := range recs {
+		if rec.Name == "" {
+			return fmt.Errorf("pool: register: a node without a name")
+		}
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return fmt.Errorf("pool: register %s: %w", rec.Name, err)
+		}
+		fields = append(fields, rec.Name, b)
+	}
+	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, r.nodes, fields...)
+		p.ZAdd(ctx, r.beats, r.members(recs)...)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("pool: register nodes: %w", err)
+	}
+	return nil
+}
+
+func (r *Registry) members(recs []NodeRecord) []redis.Z {
+	now := float64(r.clk.Now().UnixMilli())
+	zs := make([]redis.Z, len(recs))
+	for i, rec := range recs {
+		zs[i] = redis.Z{Score: now, Member: rec.Name}
+	}
+	return zs
+}
+
+// Beat renews the nodes' heartbeats (one command for all of them).
+func (r *Registry) Beat(ctx context.Context, names ...string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	now := float64(r.clk.Now().UnixMilli())
+	zs := make([]redis.Z, len(names))
+	for i, n := range names {
+		zs[i] = redis.Z{Score: now, Member: n}
+	}
+	if err := r.rdb.ZAdd(ctx, r.beats, zs...).Err(); err != nil {
+		return fmt.Errorf("pool: heartbeat: %w", err)
+	}
+	return nil
+}
+
+// Deregister removes nodes (a clean stop of their agent): they get no new
+// work, and the scheduler settles their jobs as it would a silent node's.
+func (r *Registry) Deregister(ctx context.Context, names ...string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HDel(ctx, r.nodes, names...)
+		m := make([]any, len(names))
+		for i, n := range names {
+			m[i] = n
+		}
+		p.ZRem(ctx, r.beats, m...)
+		return nil
+	})
+	return err
+}
+
+// Nodes returns every registered node with its last heartbeat, by name. A
+// node with an unreadable record is skipped and named in the error (the
+// others are still returned).
+func (r *Registry) Nodes(ctx context.Context) ([]NodeState, error) {
+	var hc *redis.MapStringStringCmd
+	var zc *redis.ZSliceCmd
+	_, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		hc = p.HGetAll(ctx, r.nodes)
+		zc = p.ZRangeWithScores(ctx, r.beats, 0, -1)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pool: read nodes: %w", err)
+	}
+	beats := make(map[string]time.Time, len(zc.Val()))
+	for _, z := range zc.Val() {
+		if s, ok := z.Member.(string); ok {
+			beats[s] = time.UnixMilli(int64(z.Score))
+		}
+	}
+	out := make([]NodeState, 0, len(hc.Val()))
+	var bad []string
+	for name, raw := range hc.Val() {
+		var rec NodeRecord
+		if err := json.Unmarshal([]byte(raw), &rec); err != nil || rec.Name != name {
+			bad = append(bad, name)
+			continue
+		}
+		out = append(out, NodeState{NodeRecord: rec, LastBeat: beats[name]})
+	}
+	slices.SortFunc(out, func(a, b NodeState) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	if len(bad) > 0 {
+		slices.Sort(bad)
+		return out, fmt.Errorf("pool: unreadable node records: %v", bad)
+	}
+	return out, nil
+}

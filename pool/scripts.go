@@ -1,0 +1,30 @@
+package pool
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The pool's Lua scripts, one file per atomic step, each with a header
+// listing its KEYS, ARGV and replies.
+var (
+	//go:embed lua/acquire.lua
+	luaAcquire string
+	//go:embed lua/renew.lua
+	luaRenew string
+	//go:embed lua/release.lua
+	luaRelease string
+	//go:embed lua/assign.lua
+	luaAssign string
+	//go:embed lua/order.lua
+	luaOrder string
+)
+
+var (
+	scriptAcquire = redis.NewScript(luaAcquire)
+	scriptRenew   = redis.NewScript(luaRenew)
+	scriptRelease = redis.NewScript(luaRelease)
+	scriptAssign  = redis.NewScript(luaAssign)
+	scriptOrder   = redis.NewScript(luaOrder)
+)
