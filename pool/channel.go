@@ -225,6 +225,29 @@ func (c *Channel) NodeJobs(ctx context.Context, node string) ([]string, error) {
 	return ids, nil
 }
 
+// Placements reads the placements stored on job records by Assign (jobs
+// never assigned are absent from the map).
+func (c *Channel) Placements(ctx context.Context, jobIDs []string) (map[string]providers.Placement, error) {
+	cmds := make([]*redis.StringCmd, len(jobIDs))
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range jobIDs {
+			cmds[i] = p.HGet(ctx, c.keys.Job(id), "placement")
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("pool: read placements: %w", err)
+	}
+	out := make(map[string]providers.Placement, len(jobIDs))
+	for i, cmd := range cmds {
+		var pl providers.Placement
+		if s := cmd.Val(); s != "" && json.Unmarshal([]byte(s), &pl) == nil {
+			out[jobIDs[i]] = pl
+		}
+	}
+	return out, nil
+}
+
 // Report events.
 const (
 	EventStarted  = "started"  // the job's task started (status running)
@@ -236,10 +259,11 @@ const (
 // Report is one agent → scheduler notice. The job record is the truth; a
 // report only tells the scheduler to look.
 type Report struct {
-	ID    string // stream entry ID (on read)
-	JobID string
-	Node  string
-	Event string
+	ID     string // stream entry ID (on read)
+	JobID  string
+	Node   string
+	Event  string
+	Status string // the job's status as the agent recorded it
 }
 
 // Report appends reports to the report stream (one pipeline).
@@ -250,7 +274,7 @@ func (c *Channel) Report(ctx context.Context, rs ...Report) error {
 	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, r := range rs {
 			p.XAdd(ctx, &redis.XAddArgs{Stream: c.keys.PoolReports(), MaxLen: c.maxLen, Approx: true,
-				Values: []any{"job", r.JobID, "node", r.Node, "event", r.Event}})
+				Values: []any{"job", r.JobID, "node", r.Node, "event", r.Event, "status", r.Status}})
 		}
 		return nil
 	})
@@ -291,7 +315,7 @@ func (c *Channel) Reports(ctx context.Context, after string, count int64, block 
 	for _, s := range res {
 		for _, m := range s.Messages {
 			str := func(k string) string { s, _ := m.Values[k].(string); return s }
-			out = append(out, Report{ID: m.ID, JobID: str("job"), Node: str("node"), Event: str("event")})
+			out = append(out, Report{ID: m.ID, JobID: str("job"), Node: str("node"), Event: str("event"), Status: str("status")})
 		}
 	}
 	return out, nil

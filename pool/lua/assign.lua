@@ -3,13 +3,15 @@
 -- assignment stream, KEYS[4] the node's job set
 -- ARGV[1] epoch, ARGV[2] node, ARGV[3] job id, ARGV[4] placement JSON,
 -- ARGV[5] stream MAXLEN (approximate; 0 = none)
+-- The record keeps the placement (field placement), so a newly elected
+-- scheduler knows which devices a job holds.
 -- returns 1 assigned, 0 the job is not queued (status in reply 2),
 --         -1 no such job, -2 fenced (another scheduler's epoch)
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-2, redis.call('GET', KEYS[1]) or ''} end
 local st = redis.call('HGET', KEYS[2], 'status')
 if not st then return {-1, ''} end
 if st ~= 'queued' then return {0, st} end
-redis.call('HSET', KEYS[2], 'node', ARGV[2])
+redis.call('HSET', KEYS[2], 'node', ARGV[2], 'placement', ARGV[4])
 redis.call('SADD', KEYS[4], ARGV[3])
 if ARGV[5] ~= '0' then
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'kind', 'start', 'job', ARGV[3], 'placement', ARGV[4])
