@@ -96,8 +96,20 @@ func (n *Node) Engine() engine.Node {
 		}
 		en.GPUs = append(en.GPUs, eg)
 	}
+	ids := 0
 	for _, d := range n.NUMA {
-		en.NUMA = append(en.NUMA, engine.NUMADomain{ID: d.ID, CPU: int64(len(d.CPUs)) * 1000, Memory: d.MemoryMiB})
+		ids += len(d.CPUs)
+	}
+	// CPU IDs go to the engine (so the ledger hands out cpusets) only when
+	// they are the node's CPUs: a node configured with more or fewer cores
+	// than it has IDs keeps counting cores without pinning them.
+	withIDs := int64(ids)*1000 == en.Capacity[engine.DimCPU]
+	for _, d := range n.NUMA {
+		dom := engine.NUMADomain{ID: d.ID, CPU: int64(len(d.CPUs)) * 1000, Memory: d.MemoryMiB}
+		if withIDs {
+			dom.CPUs = slices.Clone(d.CPUs)
+		}
+		en.NUMA = append(en.NUMA, dom)
 	}
 	return en
 }

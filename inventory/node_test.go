@@ -100,3 +100,17 @@ func TestEngineSchedulesOnBuiltNode(t *testing.T) {
 		t.Errorf("rejected %v, want %v", rejected, want)
 	}
 }
+
+func TestEngineCPUIDsOnlyWhenTheyAreTheNodesCPUs(t *testing.T) {
+	n := Node{Name: "n", CPUs: 4, MemoryMiB: 1024, NUMA: []NUMADomain{{ID: 0, CPUs: []int{0, 1}, MemoryMiB: 512}, {ID: 1, CPUs: []int{2, 3}, MemoryMiB: 512}}}
+	en := n.Engine()
+	if got := en.NUMA[1].CPUs; len(got) != 2 || got[0] != 2 || got[1] != 3 {
+		t.Fatalf("domain 1 CPUs %v, want [2 3]", got)
+	}
+	n.CPUs = 64 // configured past the machine: cores are counted, not pinned
+	for _, d := range n.Engine().NUMA {
+		if len(d.CPUs) != 0 {
+			t.Fatalf("CPU IDs %v handed to the engine for a node of 64 configured cores", d.CPUs)
+		}
+	}
+}
