@@ -59,6 +59,10 @@ type NUMADomain struct {
 	ID     int
 	CPU    int64 // free millicores
 	Memory int64 // free MiB
+	// CPUs are the domain's CPU IDs (all of them, free or not), when known;
+	// the engine ignores them. A Ledger hands them out: exclusively to jobs
+	// asking for whole cores, shared by the others.
+	CPUs []int `json:",omitempty"`
 }
 
 // Job is one pending request (one member, for a gang).

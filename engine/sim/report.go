@@ -178,7 +178,7 @@ func (s *sim) report() Report {
 			DeadlineAction: string(cmp.Or(p.DeadlineAction, engine.DeadlineRun)),
 		},
 		Measure: s.measure(),
-		Nodes:   len(s.nodes),
+		Nodes:   len(s.nodeNames),
 	}
 	w := p.Weights
 	if w == (engine.Weights{}) {

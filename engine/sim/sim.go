@@ -97,19 +97,11 @@ type job struct {
 	stopped     bool // its time limit is shorter than its run time: it is stopped then
 
 	state    jobState
-	placed   []memberPlace
+	placed   []bool // per member: holds its allocation in the ledger
 	start    int64
 	end      int64
 	dropCode engine.Code
 	dropMsg  string
-}
-
-type memberPlace struct {
-	ok   bool
-	node int
-	gpus []int
-	mig  [][2]int
-	numa int // index into Node.NUMA; -1 = none
 }
 
 type memberRef struct {
@@ -184,12 +176,13 @@ type sim struct {
 	armed    bool // a tick is queued
 	nonTick  int  // queued events that are not ticks
 
-	nodes    []engine.Node
-	nodeIdx  map[string]int
-	gpuIdx   map[string][2]int
-	migIdx   map[string][3]int
-	capacity engine.Resources
-	migCap   int64
+	// The nodes and their allocations: the simulator applies plans through
+	// the same engine.Ledger as the adapter does.
+	ledger    *engine.Ledger
+	nodeNames []string      // in trace order: the order of Snapshot.Nodes
+	snapNodes []engine.Node // reused by every cycle's snapshot
+	capacity  engine.Resources
+	migCap    int64
 
 	engAccts []engine.Account
 	accts    []*acctStat
@@ -226,7 +219,7 @@ type sim struct {
 
 func newSim(tr *Trace, ps PolicySpec, name string) (*sim, error) {
 	s := &sim{tr: tr, spec: ps, pol: ps.engine(), name: name, members: map[string]memberRef{}, acctIdx: map[string]int{},
-		nodeIdx: map[string]int{}, gpuIdx: map[string][2]int{}, migIdx: map[string][3]int{}, onEvents: true}
+		ledger: engine.NewLedger(), onEvents: true}
 	def := engine.DefaultPolicy()
 	s.billing = s.pol.Billing
 	if s.billing == ([engine.NumDims]float64{}) {
@@ -314,14 +307,12 @@ func (s *sim) buildNodes() error {
 					g := engine.GPU{ID: id, Model: gs.Model, MemoryMiB: int64(math.Round(gs.Memory * 1024))}
 					for k, p := range gs.MIG {
 						g.MIG = append(g.MIG, engine.MIGInstance{ID: fmt.Sprintf("%s-mig%d", id, k), Profile: p})
-						s.migIdx[g.MIG[k].ID] = [3]int{len(s.nodes), len(n.GPUs), k}
 						s.migCap += int64(engine.MIGSlices(p))
 					}
 					if len(g.MIG) == 0 {
 						n.Capacity[engine.DimGPU]++
 						n.Capacity[engine.DimGPUMemory] += g.MemoryMiB
 					}
-					s.gpuIdx[id] = [2]int{len(s.nodes), len(n.GPUs)}
 					n.GPUs = append(n.GPUs, g)
 				}
 			}
@@ -329,15 +320,15 @@ func (s *sim) buildNodes() error {
 				n.NUMA = append(n.NUMA, engine.NUMADomain{ID: k,
 					CPU: n.Capacity[engine.DimCPU] / int64(ns.NUMA), Memory: n.Capacity[engine.DimMemory] / int64(ns.NUMA)})
 			}
+			if _, dup := s.ledger.Node(name); dup {
+				return fmt.Errorf("trace: node name %q is generated twice", name)
+			}
+			if err := s.ledger.SetNode(n); err != nil {
+				return fmt.Errorf("trace: %w", err)
+			}
 			s.capacity = s.capacity.Add(n.Capacity)
-			s.nodes = append(s.nodes, n)
+			s.nodeNames = append(s.nodeNames, name)
 		}
-	}
-	for i, n := range s.nodes {
-		if _, dup := s.nodeIdx[n.Name]; dup {
-			return fmt.Errorf("trace: node name %q is generated twice", n.Name)
-		}
-		s.nodeIdx[n.Name] = i
 	}
 	return nil
 }
@@ -424,7 +415,7 @@ func (s *sim) addJob(js *JobSpec, g *generator) (*job, error) {
 		s.members[m.ID] = memberRef{j, k}
 		j.members = append(j.members, m)
 	}
-	j.placed = make([]memberPlace, n)
+	j.placed = make([]bool, n)
 	s.jobs = append(s.jobs, j)
 	return j, nil
 }
@@ -524,11 +515,12 @@ func (s *sim) complete(j *job) {
 
 // cycle runs the engine once at s.now and applies its plan.
 func (s *sim) cycle() (int, error) {
+	s.snapNodes = s.ledger.SnapshotInto(s.snapNodes, s.nodeNames)
 	snap := engine.Snapshot{
 		Now:      s.at(s.now),
 		Seed:     splitmix(s.tr.Seed + uint64(s.cycles)),
 		Policy:   s.pol,
-		Nodes:    s.nodes,
+		Nodes:    s.snapNodes,
 		Accounts: s.engAccts,
 	}
 	snap.Pending = make([]engine.Job, 0, len(s.pending))
@@ -556,7 +548,7 @@ func (s *sim) cycle() (int, error) {
 	var touched []*job
 	for _, p := range plan.Placements {
 		ref, ok := s.members[p.JobID]
-		if !ok || ref.j.state != jobPending || ref.j.placed[ref.k].ok {
+		if !ok || ref.j.state != jobPending || ref.j.placed[ref.k] {
 			return 0, fmt.Errorf("engine placed %s, which is not pending", p.JobID)
 		}
 		if err := s.take(ref.j, ref.k, p); err != nil {
@@ -572,7 +564,7 @@ func (s *sim) cycle() (int, error) {
 	started := 0
 	for _, j := range touched {
 		for k := range j.placed {
-			if !j.placed[k].ok {
+			if !j.placed[k] {
 				return 0, fmt.Errorf("engine placed only part of gang %s", j.id)
 			}
 		}
@@ -615,95 +607,16 @@ func (s *sim) cycle() (int, error) {
 	return started, nil
 }
 
-// take allocates member k of j as the placement says, checking that the
-// node really has room (the engine's plan is data; the adapter re-checks
-// every placement the same way).
+// take allocates member k of j as the placement says. The ledger checks
+// that the node really has room (the engine's plan is data; the adapter
+// re-checks every placement through the same engine.Ledger).
 func (s *sim) take(j *job, k int, p engine.Placement) error {
-	ni, ok := s.nodeIdx[p.Node]
-	if !ok {
-		return errors.New("no such node")
-	}
-	n := &s.nodes[ni]
-	if n.Unhealthy {
-		return errors.New("node is unhealthy")
-	}
-	if !j.vec.Fits(n.Free()) {
-		return fmt.Errorf("request %s exceeds free %s", j.vec, n.Free())
-	}
-	mp := memberPlace{ok: true, node: ni, numa: -1}
 	m := &j.members[k]
-	wantGPU := 0
-	if m.MIGProfile == "" {
-		wantGPU = int(m.Request[engine.DimGPU])
+	if err := s.ledger.ApplyAt(*m, p, s.at(s.now)); err != nil {
+		return err
 	}
-	if len(n.GPUs) > 0 && len(p.GPUs) != wantGPU {
-		return fmt.Errorf("got %d GPUs, want %d", len(p.GPUs), wantGPU)
-	}
-	for _, id := range p.GPUs {
-		ix, ok := s.gpuIdx[id]
-		if !ok || ix[0] != ni {
-			return fmt.Errorf("GPU %s is not on the node", id)
-		}
-		g := &n.GPUs[ix[1]]
-		if g.InUse || len(g.MIG) > 0 {
-			return fmt.Errorf("GPU %s is in use or in MIG mode", id)
-		}
-		if m.GPUModel != "" && g.Model != m.GPUModel {
-			return fmt.Errorf("GPU %s is a %s, want %s", id, g.Model, m.GPUModel)
-		}
-		mp.gpus = append(mp.gpus, ix[1])
-	}
-	if m.MIGProfile != "" && len(p.MIG) != int(m.Request[engine.DimGPU]) {
-		return fmt.Errorf("got %d MIG instances, want %d", len(p.MIG), m.Request[engine.DimGPU])
-	}
-	for _, id := range p.MIG {
-		ix, ok := s.migIdx[id]
-		if !ok || ix[0] != ni {
-			return fmt.Errorf("MIG instance %s is not on the node", id)
-		}
-		inst := &n.GPUs[ix[1]].MIG[ix[2]]
-		if inst.InUse || inst.Profile != m.MIGProfile {
-			return fmt.Errorf("MIG instance %s is in use or of profile %s", id, inst.Profile)
-		}
-		mp.mig = append(mp.mig, [2]int{ix[1], ix[2]})
-	}
-	if p.NUMA >= 0 {
-		for d := range n.NUMA {
-			if n.NUMA[d].ID == p.NUMA {
-				mp.numa = d
-			}
-		}
-		if mp.numa < 0 {
-			return fmt.Errorf("no NUMA domain %d", p.NUMA)
-		}
-		dom := &n.NUMA[mp.numa]
-		if dom.CPU < j.vec[engine.DimCPU] || dom.Memory < j.vec[engine.DimMemory] {
-			return fmt.Errorf("NUMA domain %d lacks room", p.NUMA)
-		}
-	} else if m.NUMALocal && len(n.NUMA) > 0 {
-		return errors.New("NUMA-local job placed without a domain")
-	}
-	if len(m.NodeSelector) > 0 {
-		for key, v := range m.NodeSelector {
-			if n.Labels[key] != v {
-				return fmt.Errorf("selector %s=%s does not match", key, v)
-			}
-		}
-	}
-	// Apply.
-	n.Allocated = n.Allocated.Add(j.vec)
-	for _, g := range mp.gpus {
-		n.GPUs[g].InUse = true
-	}
-	for _, x := range mp.mig {
-		n.GPUs[x[0]].MIG[x[1]].InUse = true
-	}
-	if mp.numa >= 0 {
-		n.NUMA[mp.numa].CPU -= j.vec[engine.DimCPU]
-		n.NUMA[mp.numa].Memory -= j.vec[engine.DimMemory]
-	}
-	j.placed[k] = mp
-	s.running = append(s.running, runRec{j: j, r: engine.Running{Job: *m, Node: n.Name, Started: s.at(s.now), GPUs: p.GPUs, MIG: p.MIG}})
+	j.placed[k] = true
+	s.running = append(s.running, runRec{j: j, r: engine.Running{Job: *m, Node: p.Node, Started: s.at(s.now), GPUs: p.GPUs, MIG: p.MIG}})
 	a := s.accts[j.acct]
 	a.alloc = a.alloc.Add(j.vec)
 	a.mig += j.migSlices
@@ -712,19 +625,7 @@ func (s *sim) take(j *job, k int, p engine.Placement) error {
 
 // release frees member k of j.
 func (s *sim) release(j *job, k int) {
-	mp := &j.placed[k]
-	n := &s.nodes[mp.node]
-	n.Allocated = n.Allocated.Sub(j.vec)
-	for _, g := range mp.gpus {
-		n.GPUs[g].InUse = false
-	}
-	for _, x := range mp.mig {
-		n.GPUs[x[0]].MIG[x[1]].InUse = false
-	}
-	if mp.numa >= 0 {
-		n.NUMA[mp.numa].CPU += j.vec[engine.DimCPU]
-		n.NUMA[mp.numa].Memory += j.vec[engine.DimMemory]
-	}
+	s.ledger.Release(j.members[k].ID)
 	a := s.accts[j.acct]
 	a.alloc = a.alloc.Sub(j.vec)
 	a.mig -= j.migSlices
