@@ -37,11 +37,11 @@ sim: ## Run the shipped simulator traces
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-lint: ## go vet, gofmt, staticcheck, and no wall clock or global rand in the engine, blackboard, broker
+lint: ## go vet, gofmt, staticcheck, and no wall clock or global rand in the engine, blackboard, broker, jobs
 	$(GO) vet $(PKGS)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) run $(STATICCHECK) $(PKGS)
-	@out=$$(git grep -n -E 'time\.Now\(\)|"math/rand"|math/rand/v2"\.(Int|Float)' -- 'engine/*.go' 'blackboard/*.go' 'broker/*.go' ':!*_test.go' ':!engine/sim/*'); \
+	@out=$$(git grep -n -E 'time\.Now\(\)|"math/rand"|math/rand/v2"\.(Int|Float)' -- 'engine/*.go' 'blackboard/*.go' 'broker/*.go' 'jobs/*.go' ':!*_test.go' ':!engine/sim/*'); \
 	  if [ -n "$$out" ]; then echo "wall clock or global randomness where only the Clock or a seeded source belongs:"; echo "$$out"; exit 1; fi
 
 rewrite: ## Refresh the engine's golden scenario files

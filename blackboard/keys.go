@@ -79,7 +79,7 @@ func (k Keys) JobsOwner() string { return k.prefix + ":jobs:owner" } // HASH
 
 // EngineState maps compute adapter node name to the scheduling engine's
 // JSON checkpoint (engine.State: decayed usage, fair-queuing tags), so fair
-// share survives an adapter restart.
+// share survives an adapter restart (written by package jobs).
 func (k Keys) EngineState() string { return k.prefix + ":engine:state" } // HASH
 
 // Inbox is legacy (version 1, shared) intake lane 0..NumLanes-1 for
@@ -145,7 +145,7 @@ func (k Keys) DLQ() string { return k.prefix + ":inbox:compute:dlq" } // STREAM
 // the dead letter's id (so a redelivery never writes a second one).
 func (k Keys) DLQWritten() string { return k.prefix + ":inbox:compute:dlq:written" } // HASH
 
-// Job is the durable record of one job (owned by the broker and adapter).
+// Job is the durable record of one job (owned by package jobs).
 func (k Keys) Job(id string) string { return k.prefix + ":job:" + id } // HASH
 
 // JobsIdem maps idempotency key to job id: the layout before keys were

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/jobs"
 )
 
 // The batch API: NextBatch and AcceptBatch do for several requests what
@@ -65,7 +66,7 @@ func (b *Broker) handOffBatch(ctx context.Context, ds []*Delivery) ([]*Delivery,
 
 // AcceptResult is what Accept returns for one delivery of AcceptBatch.
 type AcceptResult struct {
-	Job     Job
+	Job     jobs.Job
 	Created bool
 	Err     error
 }
@@ -75,79 +76,43 @@ type AcceptResult struct {
 // consume + ack — so a crash anywhere leaves each one where Accept would
 // (see Accept); what changes is that a step is taken for the whole batch
 // at once: the records in one pipeline of accept.lua calls (and one of
-// record reads for the keys that already had a job), the job entries and
-// consumes concurrently (acceptConcurrency at a time), the acks in one
-// pipeline. Requests with the same idempotency key in one batch behave as
-// in successive Accepts: the first creates the job, the others get it with
-// Created false. A request that accept.lua finds retracted, superseded or
-// expired gets no job and ends as in Accept: its result has the job in its
-// final status (cancelled or expired), Created false, Err nil — the adapter
-// starts only results whose job is queued. A failed request has Err set (ErrLeaseLost: drop it;
-// otherwise its lease lapses and it is handed out again) and does not hold
-// up the others.
+// record reads for the keys that already had a job: jobs.Store.AcceptBatch),
+// the job entries and consumes concurrently (acceptConcurrency at a time),
+// the acks in one pipeline. Requests with the same idempotency key in one
+// batch behave as in successive Accepts: the first creates the job, the
+// others get it with Created false. A request that accept.lua finds
+// retracted, superseded or expired gets no job and ends as in Accept: its
+// result has the job in its final status (cancelled or expired), Created
+// false, Err nil — the adapter starts only results whose job is queued. A
+// failed request has Err set (ErrLeaseLost: drop it; otherwise its lease
+// lapses and it is handed out again) and does not hold up the others.
 func (b *Broker) AcceptBatch(ctx context.Context, ds []*Delivery) []AcceptResult {
 	res := make([]AcceptResult, len(ds))
 	fail := func(i int, err error) {
 		res[i] = AcceptResult{Err: fmt.Errorf("broker: accept %s: %w", ds[i].EntryID, err)}
 	}
-	jobs := make([]Job, len(ds))
+	js := make([]jobs.Job, len(ds))
 
 	// Step 1: the job records.
 	var live []int
-	var calls []scriptCall
+	var specs []jobs.AcceptSpec
 	for i, d := range ds {
 		if _, err := b.inbox.Extend(d.lease); err != nil {
 			fail(i, err)
 			continue
 		}
-		j, call, err := b.acceptCall(d)
-		if err != nil {
-			fail(i, err)
-			continue
-		}
-		jobs[i] = j
-		live, calls = append(live, i), append(calls, call)
+		live, specs = append(live, i), append(specs, acceptSpec(d))
 	}
-	var lookup []int
-	lookupIDs := map[int]string{}
 	withdrawnSt := map[int]blackboard.Status{}
-	for k, cmd := range b.evalBatch(ctx, scriptAccept, calls) {
+	for k, r := range b.jobs.AcceptBatch(ctx, specs) {
 		i := live[k]
-		r, err := cmd.Slice()
-		if err != nil {
-			fail(i, fmt.Errorf("create job record: %w", err))
-			continue
-		}
-		jobID, code := acceptReply(r)
-		switch code {
-		case acceptCreated:
-			res[i].Created = true
-		case acceptWithdrawn:
-			withdrawnSt[i] = blackboard.Status(jobID)
-		case acceptWrongType:
-			withdrawnSt[i] = blackboard.Status(wrongTypePrefix + jobID)
+		switch w := withdrawnOf(r); {
+		case r.Err != nil:
+			fail(i, r.Err)
+		case w != nil:
+			withdrawnSt[i] = w.status
 		default:
-			lookup = append(lookup, i)
-			lookupIDs[i] = jobID
-		}
-	}
-	if len(lookup) > 0 {
-		hs := make([]*redis.MapStringStringCmd, len(lookup))
-		_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for k, i := range lookup {
-				hs[k] = p.HGetAll(ctx, b.keys.Job(lookupIDs[i]))
-			}
-			return nil
-		})
-		for k, i := range lookup {
-			h, err := hs[k].Result()
-			if err != nil {
-				fail(i, fmt.Errorf("broker: get job %s: %w", lookupIDs[i], err))
-				continue
-			}
-			if jobs[i], err = jobFromHash(lookupIDs[i], h); err != nil {
-				fail(i, err)
-			}
+			js[i], res[i].Created = r.Job, r.Created
 		}
 	}
 
@@ -174,9 +139,10 @@ func (b *Broker) AcceptBatch(ctx context.Context, ds []*Delivery) []AcceptResult
 			continue
 		}
 		g.Go(func() error {
-			err := b.publishJob(ctx, d, jobs[i])
+			spec := acceptSpec(d)
+			err := b.jobs.PublishAccepted(ctx, spec, js[i])
 			if err == nil {
-				jobs[i], err = b.consumeAccepted(ctx, d, jobs[i])
+				js[i], err = b.jobs.ConsumeAccepted(ctx, spec, js[i])
 			}
 			if err != nil {
 				fail(i, err)
@@ -200,7 +166,7 @@ func (b *Broker) AcceptBatch(ctx context.Context, ds []*Delivery) []AcceptResult
 			fail(i, err)
 			continue
 		}
-		res[i].Job = jobs[i]
+		res[i].Job = js[i]
 		_ = b.inbox.Ack(ds[i].lease)
 		b.m.accepted.Add(1)
 	}

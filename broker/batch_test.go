@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -217,7 +218,7 @@ func TestAcceptBatch(t *testing.T) {
 		if st := bd.entryStatus(t, id); st != blackboard.StatusConsumed {
 			t.Errorf("%s: request %s", id, st)
 		}
-		j, err := b.GetJob(ctx, wire.JobID(id))
+		j, err := b.jobs.Get(ctx, wire.JobID(id))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -438,7 +439,7 @@ func TestHandOffStatus(t *testing.T) {
 					if r := res[0]; r.Err != nil || r.Created || r.Job.Status != tc.job || r.Job.JobID != wire.JobID(id) {
 						t.Errorf("accept of the withdrawn request: %+v", r)
 					}
-					if _, err := b.GetJob(t.Context(), wire.JobID(id)); !errors.Is(err, ErrNotFound) {
+					if _, err := b.jobs.Get(t.Context(), wire.JobID(id)); !errors.Is(err, jobs.ErrNotFound) {
 						t.Errorf("job record of the withdrawn request: %v, want none", err)
 					}
 				} else if !tc.handOut && mode != "next" && name != "ttl lapsed" {
@@ -633,7 +634,7 @@ func TestAcceptBatchStatusErrors(t *testing.T) {
 	if it, ok := b.inbox.Get(bad); ok {
 		t.Fatalf("the request with the unreadable entry is still held: %+v", it)
 	}
-	if _, err := b.GetJob(ctx, wire.JobID(bad)); !errors.Is(err, ErrNotFound) {
+	if _, err := b.jobs.Get(ctx, wire.JobID(bad)); !errors.Is(err, jobs.ErrNotFound) {
 		t.Errorf("job record of the failed request: %v, want none", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -27,6 +28,7 @@ import (
 type Broker struct {
 	rdb   redis.UniversalClient
 	store *blackboard.Store
+	jobs  *jobs.Store // job records: Config.Jobs, or one of New's
 	keys  blackboard.Keys
 	cfg   Config
 	log   *slog.Logger
@@ -86,9 +88,17 @@ func New(rdb redis.UniversalClient, store *blackboard.Store, cfg Config) (*Broke
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
+	js := cfg.Jobs
+	if js == nil {
+		var err error
+		if js, err = jobs.New(rdb, store, jobs.Config{Clock: cfg.Clock, Logger: cfg.Logger}); err != nil {
+			return nil, fmt.Errorf("broker: %w", err)
+		}
+	}
 	b := &Broker{
 		rdb:   rdb,
 		store: store,
+		jobs:  js,
 		keys:  store.Keys(),
 		cfg:   cfg,
 		log:   cfg.Logger.With("component", "broker", "consumer", cfg.Consumer),
@@ -386,9 +396,12 @@ func (b *Broker) Reject(ctx context.Context, d *Delivery, werr *wire.Error) erro
 // Accept makes a delivery a job, durably and once per idempotency key:
 //
 //  1. the job record P:job:<id> is created (with P:jobs:idem and
-//     P:jobs:active), unless the idempotency key already maps to a job;
-//  2. the compute.job entry (status queued) is posted if absent;
-//  3. the request entry is marked consumed and the intake message acked.
+//     P:jobs:active), unless the idempotency key already maps to a job
+//     (jobs.Store.Accept);
+//  2. the compute.job entry (status queued) is posted if absent
+//     (jobs.Store.PublishAccepted);
+//  3. the request entry is marked consumed (jobs.Store.ConsumeAccepted) and
+//     the intake message acked.
 //
 // A crash between steps leaves the message unacked: it is delivered again
 // (to this or another broker), step 1 finds the record, and steps 2 and 3
@@ -396,7 +409,7 @@ func (b *Broker) Reject(ctx context.Context, d *Delivery, werr *wire.Error) erro
 // created is false when the record already existed: on a redelivery, or for
 // a duplicate idempotency key (job.RequestEntryID then names the first
 // request). Either way the adapter starts a job only through
-// Transition(queued → running), which succeeds once.
+// jobs.Store.Transition(queued → running), which succeeds once.
 //
 // If the request entry is retracted, superseded or expired when the record
 // would be created (accept.lua reads its status in the same atomic step),
@@ -409,16 +422,16 @@ func (b *Broker) Reject(ctx context.Context, d *Delivery, werr *wire.Error) erro
 // dropped, requeued) or its lease lapsed; the adapter then drops it. On
 // other errors the lease is left to lapse, so the request is handed out
 // again later.
-func (b *Broker) Accept(ctx context.Context, d *Delivery) (job Job, created bool, err error) {
+func (b *Broker) Accept(ctx context.Context, d *Delivery) (job jobs.Job, created bool, err error) {
 	if _, err := b.inbox.Extend(d.lease); err != nil {
-		return Job{}, false, fmt.Errorf("broker: accept %s: %w", d.EntryID, err)
+		return jobs.Job{}, false, fmt.Errorf("broker: accept %s: %w", d.EntryID, err)
 	}
 	job, created, err = b.acceptRecord(ctx, d)
 	if w, ok := err.(*withdrawn); ok {
 		// Retracted, superseded or expired since the hand-off: no job; the
 		// request ends here, and the caller gets its final status.
 		if job, err = b.finishWithdrawn(ctx, d, w.status); err != nil {
-			return Job{}, false, fmt.Errorf("broker: accept %s: %w", d.EntryID, err)
+			return jobs.Job{}, false, fmt.Errorf("broker: accept %s: %w", d.EntryID, err)
 		}
 		_ = b.inbox.Ack(d.lease)
 		return job, false, nil
@@ -430,7 +443,7 @@ func (b *Broker) Accept(ctx context.Context, d *Delivery) (job Job, created bool
 		job, err = b.finishAccept(ctx, d, job)
 	}
 	if err != nil {
-		return Job{}, false, fmt.Errorf("broker: accept %s: %w", d.EntryID, err)
+		return jobs.Job{}, false, fmt.Errorf("broker: accept %s: %w", d.EntryID, err)
 	}
 	_ = b.inbox.Ack(d.lease)
 	b.m.accepted.Add(1)

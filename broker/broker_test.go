@@ -16,13 +16,16 @@ import (
 
 	"github.com/computeboard/computeboard/blackboard"
 	"github.com/computeboard/computeboard/internal/clock"
+	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
 )
 
-func TestAcceptAndTransition(t *testing.T) {
+// TestAccept: a delivery becomes a queued job with its entry, its request
+// consumed and its message gone. (What a job does next, Transition, is
+// tested in package jobs: TestTransition.)
+func TestAccept(t *testing.T) {
 	bd := newBoard(t)
 	b := bd.broker(t, Config{})
-	ctx := t.Context()
 	id := bd.post(t, "planner", `{"command":["echo","hi"],"priority":7,"name":"n1"}`)
 	if n := feed(t, b); n != 1 {
 		t.Fatalf("read %d, want 1", n)
@@ -47,39 +50,8 @@ func TestAcceptAndTransition(t *testing.T) {
 	if b.inbox.Len() != 0 {
 		t.Errorf("inbox holds %d", b.inbox.Len())
 	}
-
-	// queued → running succeeds once.
-	if _, err := b.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, JobUpdate{Node: "n1"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, JobUpdate{}); !errors.Is(err, ErrConflict) {
-		t.Fatalf("second queued→running: %v, want ErrConflict", err)
-	}
-	if _, err := b.Transition(ctx, "nope", wire.JobQueued, wire.JobRunning, JobUpdate{}); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("unknown job: %v", err)
-	}
-	active, err := b.ListActive(ctx)
-	if err != nil || len(active) != 1 || active[0].Status != wire.JobRunning || active[0].Attempt != 1 {
-		t.Fatalf("ListActive = %+v, %v", active, err)
-	}
-	code := 0
-	j, err = b.Transition(ctx, j.JobID, wire.JobRunning, wire.JobSucceeded, JobUpdate{ExitCode: &code})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if j.FinishedAt == nil || j.StartedAt == nil || *j.ExitCode != 0 || j.Node != "n1" || j.Version != 2 {
-		t.Errorf("final record %+v", j)
-	}
-	if active, _ := b.ListActive(ctx); len(active) != 0 {
-		t.Errorf("terminal job still active: %+v", active)
-	}
-	jd, _ := bd.jobEntry(t, id)
-	if string(jd.Explanation) == "null" {
-		jd.Explanation = nil
-	}
-	want := j.JobData
-	if diff := cmp.Diff(want, jd, cmpopts.EquateEmpty()); diff != "" {
-		t.Errorf("job entry does not mirror the record (-want +got):\n%s", diff)
+	if rec, err := b.jobs.Get(t.Context(), j.JobID); err != nil || !cmp.Equal(rec, j, cmpopts.EquateEmpty()) {
+		t.Errorf("record %+v, %v; Accept returned %+v", rec, err, j)
 	}
 }
 
@@ -171,7 +143,7 @@ func TestResumeAfterCrash(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, JobUpdate{}); err != nil {
+		if _, err := a.jobs.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, jobs.Update{}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -242,11 +214,11 @@ func TestDeliveryLimitAfterAcceptedRecord(t *testing.T) {
 	if _, err := b.reclaimStep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	j, err := b.GetJob(ctx, wire.JobID(id))
+	j, err := b.jobs.Get(ctx, wire.JobID(id))
 	if err != nil || j.Status != wire.JobFailed || j.Error == nil || j.Error.Code != string(wire.CodeDeliveryLimit) {
 		t.Fatalf("job %+v, %v", j, err)
 	}
-	if active, _ := b.ListActive(ctx); len(active) != 0 {
+	if active, _ := b.jobs.ListActive(ctx); len(active) != 0 {
 		t.Errorf("still active: %+v", active)
 	}
 	if jd, _ := bd.jobEntry(t, id); jd.Status != wire.JobFailed {
@@ -276,7 +248,7 @@ func TestDuplicateIdempotencyKey(t *testing.T) {
 	if _, ok := bd.jobEntry(t, second); !ok {
 		t.Errorf("duplicate request got no job entry of its own")
 	}
-	if _, err := b.GetJob(t.Context(), wire.JobID(second)); !errors.Is(err, ErrNotFound) {
+	if _, err := b.jobs.Get(t.Context(), wire.JobID(second)); !errors.Is(err, jobs.ErrNotFound) {
 		t.Errorf("duplicate request got a job record: %v", err)
 	}
 	if l, p := bd.laneTotals(t); l != 0 || p != 0 {
@@ -658,7 +630,7 @@ func TestCancellation(t *testing.T) {
 		id := bd.post(t, "m", okData)
 		feed(t, b)
 		j, _ := accept(t, b, next(t, b))
-		if _, err := b.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, JobUpdate{}); err != nil {
+		if _, err := b.jobs.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, jobs.Update{}); err != nil {
 			t.Fatal(err)
 		}
 		if err := bd.store.Retract(ctx, id); err != nil {
@@ -670,7 +642,7 @@ func TestCancellation(t *testing.T) {
 		if diff := cmp.Diff([]Cancel{{EntryID: id, JobID: j.JobID}}, got); diff != "" {
 			t.Errorf("OnCancel calls (-want +got):\n%s", diff)
 		}
-		if j, _ := b.GetJob(ctx, j.JobID); !j.CancelRequested {
+		if j, _ := b.jobs.Get(ctx, j.JobID); !j.CancelRequested {
 			t.Error("cancel_requested not recorded")
 		}
 	})
@@ -766,7 +738,7 @@ func TestTwoBrokersNoDoubleAcceptance(t *testing.T) {
 					if c {
 						created.Add(1)
 					}
-					if _, err := b.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, JobUpdate{}); err == nil {
+					if _, err := b.jobs.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, jobs.Update{}); err == nil {
 						started.Add(1)
 					}
 					mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/computeboard/computeboard/internal/clock"
+	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -99,10 +100,6 @@ type Config struct {
 	// verbatim; a longer one keeps its first DLQEntryBytes bytes, its size
 	// and its sha256, and cannot be replayed. Default 16 KiB.
 	DLQEntryBytes int
-	// JobRetention is how long a terminal job's record P:job:<id> and the
-	// idempotency key that maps to it are kept after the job ends; while a
-	// job is active neither expires. Default 7 days; negative: kept forever.
-	JobRetention time.Duration
 	// MaxMessageBytes and MaxReadBytes bound what one intake read may hold:
 	// a read takes at most MaxReadBytes/MaxMessageBytes messages, and a
 	// message field over MaxMessageBytes is never held whole: it is
@@ -127,6 +124,13 @@ type Config struct {
 	// retracted by its poster, so the adapter can stop the job. It runs on
 	// Run's event loop: it must not block. Default nil.
 	OnCancel func(Cancel)
+
+	// Jobs is the job record store the broker accepts into, and whose
+	// records it ends and marks cancel_requested; its Config sets the
+	// records' retention. Pass the store the rest of the process uses (the
+	// dispatcher's, the HTTP API's), so there is one. Default: one made by
+	// New with jobs' defaults and this Clock and Logger.
+	Jobs *jobs.Store
 
 	// Clock supplies every timestamp. Default clock.Real{}.
 	Clock clock.Clock
@@ -193,9 +197,6 @@ func (c *Config) fill() error {
 	}
 	if c.DLQEntryBytes == 0 {
 		c.DLQEntryBytes = 16 << 10
-	}
-	if c.JobRetention == 0 {
-		c.JobRetention = 7 * 24 * time.Hour
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = wire.MaxEntryBytes + 4<<10

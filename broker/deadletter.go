@@ -90,7 +90,7 @@ func (b *Broker) refuse(ctx context.Context, d *Delivery, reason string, werr *w
 		b.m.rejected(string(werr.Code))
 	}
 	b.log.Info("request dead-lettered", "entry_id", d.EntryID, "reason", reason, "code", werr.Code, "msg", werr.Message)
-	b.emitFinished(ctx, jd)
+	b.jobs.EmitFinished(ctx, jd)
 	return jd, nil
 }
 

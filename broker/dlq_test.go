@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -194,7 +195,7 @@ func TestNonHashEntry(t *testing.T) {
 		if jd, ok := bd.jobEntry(t, id); !ok || jd.Status != wire.JobRejected {
 			t.Errorf("batch %v: job entry %+v %v", batch, jd, ok)
 		}
-		if _, err := b.GetJob(ctx, wire.JobID(id)); !errors.Is(err, ErrNotFound) {
+		if _, err := b.jobs.Get(ctx, wire.JobID(id)); !errors.Is(err, jobs.ErrNotFound) {
 			t.Errorf("batch %v: job record %v", batch, err)
 		}
 		if l, p := bd.laneTotals(t); l != 0 || p != 0 {

@@ -3,8 +3,9 @@
 // lanes (Redis streams, one per module and request priority, plus the ten
 // legacy shared lanes on a trusted board; consumer group compute-broker)
 // into a bounded in-memory Inbox, and hands them to the
-// adapter (Next), which makes each one a durable job (Accept) and moves it
-// through its lifecycle (Transition).
+// adapter (Next), which makes each one a durable job (Accept, into the job
+// record store of package jobs, Config.Jobs) and moves it through its
+// lifecycle there (jobs.Store.Transition).
 //
 // Vocabulary: a lane is an intake stream; a delivery is one hand-out of a
 // request, under a lease that lapses unless the request is accepted; a job

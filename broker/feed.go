@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -700,10 +701,10 @@ func entryInfo(e blackboard.Entry) wire.EntryInfo {
 // reports that the message needs nothing more.
 func (b *Broker) resume(ctx context.Context, d *Delivery, decoded bool) (handOff, done bool, err error) {
 	if decoded {
-		jobID, err := b.idemJob(ctx, d)
+		jobID, err := b.jobs.JobForKey(ctx, d.Module, d.Request.IdempotencyKey)
 		switch {
 		case err == nil:
-			job, err := b.GetJob(ctx, jobID)
+			job, err := b.jobs.Get(ctx, jobID)
 			if err != nil {
 				return false, false, err
 			}
@@ -715,7 +716,7 @@ func (b *Broker) resume(ctx context.Context, d *Delivery, decoded bool) (handOff
 			}
 			_, err = b.finishAccept(ctx, d, job)
 			return false, err == nil, err
-		case !errors.Is(err, redis.Nil):
+		case !errors.Is(err, jobs.ErrNotFound):
 			return false, false, err
 		}
 	}
@@ -761,12 +762,12 @@ func (b *Broker) retireRecord(ctx context.Context, d *Delivery, to wire.JobStatu
 	if d.Deliveries <= 1 && !d.replayed || d.poison {
 		return nil
 	}
-	u := JobUpdate{Error: jerr}
+	u := jobs.Update{Error: jerr}
 	if to == wire.JobFailed {
 		u.ReasonCode = wire.Code(jerr.Code)
 	}
-	_, err := b.Transition(ctx, d.JobID, wire.JobQueued, to, u)
-	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrConflict) {
+	_, err := b.jobs.Transition(ctx, d.JobID, wire.JobQueued, to, u)
+	if err != nil && !errors.Is(err, jobs.ErrNotFound) && !errors.Is(err, jobs.ErrConflict) {
 		return err
 	}
 	return nil
@@ -798,7 +799,7 @@ func (b *Broker) expireJob(ctx context.Context, d *Delivery) (wire.JobData, erro
 		return wire.JobData{}, err
 	}
 	b.m.expired.Add(1)
-	b.emitFinished(ctx, jd)
+	b.jobs.EmitFinished(ctx, jd)
 	return jd, nil
 }
 
@@ -823,7 +824,7 @@ func (b *Broker) cancelQueuedJob(ctx context.Context, d *Delivery, why string) (
 		return wire.JobData{}, err
 	}
 	b.m.cancelled.Add(1)
-	b.emitFinished(ctx, jd)
+	b.jobs.EmitFinished(ctx, jd)
 	return jd, nil
 }
 
@@ -944,17 +945,6 @@ func parseFields(v any) msgFields {
 	return f
 }
 
-// pairs turns a flat {field, value, ...} reply into a map.
-func pairs(v any) map[string]string {
-	a, _ := v.([]any)
-	m := make(map[string]string, len(a)/2)
-	for i := 0; i+1 < len(a); i += 2 {
-		k, _ := a[i].(string)
-		m[k], _ = a[i+1].(string)
-	}
-	return m
-}
-
 func epoch(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
 func epochTime(s float64) time.Time {
@@ -962,4 +952,6 @@ func epochTime(s float64) time.Time {
 	return time.Unix(sec, int64((s-float64(sec))*1e9)).UTC()
 }
 
-func formatEpoch(t time.Time) string { return strconv.FormatFloat(epoch(t), 'f', -1, 64) }
+func formatEpoch(t time.Time) string { return formatFloat(epoch(t)) }
+
+func formatFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -47,11 +48,11 @@ func TestJobFinishedEvent(t *testing.T) {
 	if err := b.expiryStep(ctx); err != nil { // the TTL lapsed in the inbox
 		t.Fatal(err)
 	}
-	if _, err := b.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, JobUpdate{}); err != nil {
+	if _, err := b.jobs.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, jobs.Update{}); err != nil {
 		t.Fatal(err)
 	}
 	three := 3
-	if _, err := b.Transition(ctx, j.JobID, wire.JobRunning, wire.JobFailed, JobUpdate{ExitCode: &three,
+	if _, err := b.jobs.Transition(ctx, j.JobID, wire.JobRunning, wire.JobFailed, jobs.Update{ExitCode: &three,
 		Error: &wire.JobError{Code: "exit_status", Message: "exit 3"}}); err != nil {
 		t.Fatal(err)
 	}

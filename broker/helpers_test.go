@@ -13,6 +13,7 @@ import (
 	"github.com/computeboard/computeboard/blackboard"
 	"github.com/computeboard/computeboard/internal/clock"
 	"github.com/computeboard/computeboard/internal/redistest"
+	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -175,7 +176,7 @@ func next(t testing.TB, b *Broker) *Delivery {
 	return d
 }
 
-func accept(t testing.TB, b *Broker, d *Delivery) (Job, bool) {
+func accept(t testing.TB, b *Broker, d *Delivery) (jobs.Job, bool) {
 	t.Helper()
 	j, created, err := b.Accept(context.Background(), d)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -136,9 +137,9 @@ func RedactRequest(r wire.Request) wire.Request {
 	return r
 }
 
-// Redacted returns j with its request's environment values redacted
+// RedactJob returns j with its request's environment values redacted
 // (RedactRequest), for a reader without the operator token.
-func (j Job) Redacted() Job {
+func RedactJob(j jobs.Job) jobs.Job {
 	j.Request = RedactRequest(j.Request)
 	return j
 }

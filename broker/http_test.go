@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -140,8 +141,8 @@ func TestRedact(t *testing.T) {
 	if r.Environment["A"] != "1" {
 		t.Error("RedactRequest changed its argument")
 	}
-	j := Job{Request: r}
-	if rj := j.Redacted(); rj.Request.Environment["A"] != Redacted || j.Request.Environment["A"] != "1" {
-		t.Errorf("Job.Redacted = %v (original %v)", rj.Request.Environment, j.Request.Environment)
+	j := jobs.Job{Request: r}
+	if rj := RedactJob(j); rj.Request.Environment["A"] != Redacted || j.Request.Environment["A"] != "1" {
+		t.Errorf("RedactJob = %v (original %v)", rj.Request.Environment, j.Request.Environment)
 	}
 }

@@ -19,11 +19,7 @@ func (b *Broker) namedElsewhere(ctx context.Context, d *Delivery) (bool, error) 
 	if it, ok := b.inbox.Get(d.EntryID); ok && it.Value.(*Delivery).MessageID != d.MessageID {
 		return true, nil
 	}
-	n, err := b.rdb.Exists(ctx, b.keys.Job(d.JobID)).Result()
-	if err != nil {
-		return false, fmt.Errorf("look up job %s: %w", d.JobID, err)
-	}
-	return n > 0, nil
+	return b.jobs.Exists(ctx, d.JobID)
 }
 
 // withdrawnStatus reads a request entry's own status and reports whether
@@ -70,7 +66,7 @@ func (b *Broker) retracted(ctx context.Context, entryID string) (acted bool, err
 // it has a record that is not terminal) and tells the adapter.
 func (b *Broker) signalCancel(ctx context.Context, entryID string) error {
 	jobID := wire.JobID(entryID)
-	ok, err := b.markCancelRequested(ctx, jobID)
+	ok, err := b.jobs.MarkCancelRequested(ctx, jobID)
 	if err != nil || !ok {
 		return err
 	}
@@ -86,16 +82,16 @@ func (b *Broker) signalCancel(ctx context.Context, entryID string) error {
 // status, with no event, or one whose event this broker missed, still
 // reaches the adapter. Run calls it every CancelCheckInterval.
 func (b *Broker) cancelStep(ctx context.Context) error {
-	jobs, err := b.ListActive(ctx)
+	active, err := b.jobs.ListActive(ctx)
 	if err != nil {
 		return err
 	}
-	if len(jobs) == 0 {
+	if len(active) == 0 {
 		return nil
 	}
-	sts := make([]*redis.StringCmd, len(jobs))
+	sts := make([]*redis.StringCmd, len(active))
 	_, err = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, j := range jobs {
+		for i, j := range active {
 			if blackboard.ValidID(j.RequestEntryID) {
 				sts[i] = p.HGet(ctx, b.keys.Entry(j.RequestEntryID), "status")
 			}
@@ -106,7 +102,7 @@ func (b *Broker) cancelStep(ctx context.Context) error {
 		return fmt.Errorf("cancel check: %w", err)
 	}
 	var errs []error
-	for i, j := range jobs {
+	for i, j := range active {
 		if sts[i] == nil {
 			continue
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -102,7 +103,7 @@ func TestForgedRetractedEventCancelsNothing(t *testing.T) {
 	running := bd.post(t, "victim", okData)
 	feed(t, b)
 	j, _ := accept(t, b, next(t, b))
-	if _, err := b.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, JobUpdate{}); err != nil {
+	if _, err := b.jobs.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, jobs.Update{}); err != nil {
 		t.Fatal(err)
 	}
 	waiting := bd.post(t, "victim", okData)
@@ -115,7 +116,7 @@ func TestForgedRetractedEventCancelsNothing(t *testing.T) {
 	if len(got) != 0 {
 		t.Errorf("OnCancel called %+v for a forged event", got)
 	}
-	if j, _ := b.GetJob(ctx, j.JobID); j.CancelRequested || j.Status != wire.JobRunning {
+	if j, _ := b.jobs.Get(ctx, j.JobID); j.CancelRequested || j.Status != wire.JobRunning {
 		t.Errorf("running job %s cancel_requested %v after a forged event", j.Status, j.CancelRequested)
 	}
 	if _, ok := b.inbox.Get(waiting); !ok {
@@ -150,7 +151,7 @@ func TestForgedMessageLeavesNamedRequestAlone(t *testing.T) {
 		"entry", requestJSON(t, queued, "victim", okData))
 	feed(t, b)
 
-	if got, _ := b.GetJob(ctx, j.JobID); got.Status != wire.JobQueued {
+	if got, _ := b.jobs.Get(ctx, j.JobID); got.Status != wire.JobQueued {
 		t.Errorf("accepted job is %s after forged messages, want queued", got.Status)
 	}
 	if jd, _ := bd.jobEntry(t, queued); jd.Status != wire.JobQueued {
@@ -226,9 +227,9 @@ func TestRetractionAtAnyMoment(t *testing.T) {
 			if at == 3 {
 				retract()
 			}
-			_, err := b.Transition(ctx, job, wire.JobQueued, wire.JobRunning, JobUpdate{})
+			_, err := b.jobs.Transition(ctx, job, wire.JobQueued, wire.JobRunning, jobs.Update{})
 			started = err == nil
-			if err != nil && !errors.Is(err, ErrConflict) {
+			if err != nil && !errors.Is(err, jobs.ErrConflict) {
 				t.Fatal(err)
 			}
 		}
@@ -241,12 +242,12 @@ func TestRetractionAtAnyMoment(t *testing.T) {
 		if err := b.cancelStep(ctx); err != nil {
 			t.Fatal(err)
 		}
-		rec, err := b.GetJob(ctx, job)
+		rec, err := b.jobs.Get(ctx, job)
 		mu.Lock()
 		signalled := cancels[job]
 		mu.Unlock()
 		switch {
-		case errors.Is(err, ErrNotFound):
+		case errors.Is(err, jobs.ErrNotFound):
 			if jd, _ := bd.jobEntry(t, id); jd.Status != wire.JobCancelled {
 				t.Errorf("try %d (at %d): no record, job entry %s, want cancelled", i, at, jd.Status)
 			}

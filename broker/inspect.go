@@ -146,6 +146,9 @@ func (i *Inspector) Stats(ctx context.Context) (Stats, error) {
 	s.IntakePerSecond = b.m.intake.perSecond()
 	s.Read, s.Reclaimed, s.HandedOut = b.m.read.Load(), b.m.reclaimed.Load(), b.m.handedOut.Load()
 	s.Accepted, s.Expired, s.Cancelled = b.m.accepted.Load(), b.m.expired.Load(), b.m.cancelled.Load()
+	// Starts the job store found withdrawn were cancelled too (the store is
+	// the adapter's as well, so its starts count here).
+	s.Cancelled += b.jobs.Stats().CancelledAtStart
 	s.DeadLettered, s.Lost, s.Rejected = b.m.deadLettered.Load(), b.m.lost.Load(), b.m.rejections()
 
 	var lens [NumPriorities][]*redis.IntCmd // per priority: every lane of that priority (lanes.go)

@@ -7,7 +7,8 @@ import (
 )
 
 // The broker's Lua scripts, one file per atomic step, each with a header
-// listing its KEYS, ARGV and returns. lib.lua is prepended to each.
+// listing its KEYS, ARGV and returns. lib.lua is prepended to each. (The
+// job record's scripts, accept and transition, are package jobs'.)
 var (
 	//go:embed lua/lib.lua
 	luaLib string
@@ -25,10 +26,6 @@ var (
 	luaDeadLetter string
 	//go:embed lua/replay.lua
 	luaReplay string
-	//go:embed lua/accept.lua
-	luaAccept string
-	//go:embed lua/transition.lua
-	luaTransition string
 )
 
 var (
@@ -39,6 +36,4 @@ var (
 	scriptAck        = redis.NewScript(luaLib + luaAck)
 	scriptReplay     = redis.NewScript(luaLib + luaReplay)
 	scriptDeadLetter = redis.NewScript(luaLib + luaDeadLetter)
-	scriptAccept     = redis.NewScript(luaLib + luaAccept)
-	scriptTransition = redis.NewScript(luaLib + luaTransition)
 )

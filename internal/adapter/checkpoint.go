@@ -2,14 +2,12 @@ package adapter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/computeboard/computeboard/engine"
+	"github.com/computeboard/computeboard/jobs"
 )
 
 // checkpointer saves the engine's State (decayed usage, fair-queuing tags,
@@ -17,8 +15,7 @@ import (
 // The blackboard stays the source of truth for jobs; this is only the
 // engine's memory.
 type checkpointer struct {
-	rdb   redis.UniversalClient
-	key   string // blackboard.Keys.EngineState()
+	jobs  *jobs.Store // SaveEngineState, LoadEngineState
 	node  string
 	disp  *dispatcher
 	every time.Duration
@@ -28,12 +25,12 @@ type checkpointer struct {
 
 // Load restores the node's last checkpoint, if any.
 func (c *checkpointer) Load(ctx context.Context) error {
-	b, err := c.rdb.HGet(ctx, c.key, c.node).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return nil
-	}
+	b, err := c.jobs.LoadEngineState(ctx, c.node)
 	if err != nil {
 		return fmt.Errorf("load engine checkpoint: %w", err)
+	}
+	if b == nil {
+		return nil
 	}
 	st, err := engine.UnmarshalState(b)
 	if err != nil {
@@ -79,7 +76,7 @@ func (c *checkpointer) save(ctx context.Context) {
 		c.log.Error("encode engine checkpoint", "err", err)
 		return
 	}
-	if err := c.rdb.HSet(ctx, c.key, c.node, b).Err(); err != nil {
+	if err := c.jobs.SaveEngineState(ctx, c.node, b); err != nil {
 		c.log.Warn("save engine checkpoint", "err", err)
 		return
 	}

@@ -16,9 +16,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/computeboard/computeboard/blackboard"
-	"github.com/computeboard/computeboard/broker"
 	"github.com/computeboard/computeboard/engine/sim"
 	"github.com/computeboard/computeboard/internal/clock"
+	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -285,7 +285,7 @@ func runJobs(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	defer rdb.Close()
-	br, err := broker.New(rdb, store, broker.Config{Consumer: "cli"})
+	js, err := jobs.New(rdb, store, jobs.Config{})
 	if err != nil {
 		return err
 	}
@@ -299,12 +299,12 @@ func runJobs(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	switch rest[0] {
 	case "list":
-		jobs, err := br.ListActive(ctx)
+		active, err := js.ListActive(ctx)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "%-32s  %-8s  %-3s  %-16s  %s\n", "JOB", "STATUS", "PRI", "ACCOUNT", "NODE")
-		for _, j := range jobs {
+		for _, j := range active {
 			fmt.Fprintf(stdout, "%-32s  %-8s  %-3d  %-16s  %s\n", j.JobID, j.Status, j.Priority, j.Account, j.Node)
 		}
 		return nil
@@ -313,10 +313,10 @@ func runJobs(ctx context.Context, args []string, getenv func(string) string, std
 			return usageError{"jobs " + rest[0] + ": missing job ID"}
 		}
 		id := rest[1]
-		j, err := br.GetJob(ctx, id)
-		if errors.Is(err, broker.ErrNotFound) {
+		j, err := js.Get(ctx, id)
+		if errors.Is(err, jobs.ErrNotFound) {
 			// Accept a request entry id too.
-			if j2, err2 := br.GetJob(ctx, wire.JobID(id)); err2 == nil {
+			if j2, err2 := js.Get(ctx, wire.JobID(id)); err2 == nil {
 				j, err = j2, nil
 			}
 		}

@@ -18,24 +18,29 @@ import (
 	"github.com/computeboard/computeboard/broker"
 	"github.com/computeboard/computeboard/engine"
 	"github.com/computeboard/computeboard/internal/clock"
+	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/providers"
 	"github.com/computeboard/computeboard/wire"
 )
 
-// jobBroker is what the dispatcher needs from the broker (owned here, the
-// consumer, so tests can see the whole seam on one screen).
+// jobBroker is what the dispatcher needs from the broker, and jobStore
+// what it needs from the job records (owned here, the consumer, so tests
+// can see the whole seam on one screen).
 type jobBroker interface {
 	NextBatchAdmitted(ctx context.Context, n int, admit func(account string) bool) ([]*broker.Delivery, error)
 	AcceptBatch(ctx context.Context, ds []*broker.Delivery) []broker.AcceptResult
 	Reject(ctx context.Context, d *broker.Delivery, werr *wire.Error) error
-	Transition(ctx context.Context, jobID string, from, to wire.JobStatus, u broker.JobUpdate) (broker.Job, error)
-	ListActive(ctx context.Context) ([]broker.Job, error)
+}
+
+type jobStore interface {
+	Transition(ctx context.Context, jobID string, from, to wire.JobStatus, u jobs.Update) (jobs.Job, error)
+	ListActive(ctx context.Context) ([]jobs.Job, error)
 }
 
 // tracked is one job the dispatcher knows about. Owned by the Run
 // goroutine; readers get copies through snapshot methods under d.mu.
 type tracked struct {
-	rec       broker.Job
+	rec       jobs.Job
 	ej        engine.Job
 	cmd       Command
 	handle    providers.Handle
@@ -54,10 +59,11 @@ type explainKey struct {
 // dispatcher turns accepted jobs into processes: it runs the engine on a
 // snapshot each cycle, applies the plan through the provider (re-checking
 // each placement with a compare-and-set on the job record), polls running
-// jobs and writes every transition back through the broker.
+// jobs and writes every transition back to the job record (package jobs).
 type dispatcher struct {
 	cfg      *Config
 	br       jobBroker
+	jobs     jobStore
 	prov     providers.Provider
 	provName string
 	node     engine.Node // capacity; Allocated is computed each cycle
@@ -70,9 +76,9 @@ type dispatcher struct {
 	// requestStatus reads the status of request entries (nil: skip).
 	requestStatus func(ctx context.Context, entryIDs []string) ([]string, error)
 
-	incoming chan broker.Job // accepted jobs, from the intake goroutine
-	wake     chan struct{}   // one-slot: run a cycle soon
-	room     chan struct{}   // one-slot: a pending job left (intake may go on)
+	incoming chan jobs.Job // accepted jobs, from the intake goroutine
+	wake     chan struct{} // one-slot: run a cycle soon
+	room     chan struct{} // one-slot: a pending job left (intake may go on)
 
 	explainedAt time.Time // owned by the Run goroutine
 
@@ -102,16 +108,16 @@ type counters struct {
 	lastCycle                    time.Duration
 }
 
-func newDispatcher(cfg *Config, br jobBroker, prov providers.Provider, provName string, node engine.Node, clk clock.Clock, log *slog.Logger, notify func(), pres *presence) *dispatcher {
+func newDispatcher(cfg *Config, br jobBroker, js jobStore, prov providers.Provider, provName string, node engine.Node, clk clock.Clock, log *slog.Logger, notify func(), pres *presence) *dispatcher {
 	pol := engine.Policy{
 		Selection: engine.Selection(cfg.Scheduler.FairShare),
 		Strategy:  engine.Strategy(cfg.Scheduler.Placement),
 	}
 	accts := cfg.engineAccounts()
 	return &dispatcher{
-		cfg: cfg, br: br, prov: prov, provName: provName, node: node, policy: pol, accounts: accts,
+		cfg: cfg, br: br, jobs: js, prov: prov, provName: provName, node: node, policy: pol, accounts: accts,
 		clock: clk, log: log, notify: notify, pres: pres,
-		incoming:   make(chan broker.Job, 1024),
+		incoming:   make(chan jobs.Job, 1024),
 		wake:       make(chan struct{}, 1),
 		room:       make(chan struct{}, 1),
 		pending:    map[string]*tracked{},
@@ -290,12 +296,12 @@ const intakeBatch = 64
 // longer than Scheduler.NodeTimeout is ended as lost: its process may
 // still run there, so it is never started again elsewhere.
 func (d *dispatcher) Recover(ctx context.Context) error {
-	jobs, err := d.br.ListActive(ctx)
+	active, err := d.jobs.ListActive(ctx)
 	if err != nil {
 		return err
 	}
-	var fresh []broker.Job
-	for _, j := range jobs {
+	var fresh []jobs.Job
+	for _, j := range active {
 		d.mu.Lock()
 		_, known := d.pending[j.JobID]
 		_, knownR := d.running[j.JobID]
@@ -321,9 +327,9 @@ func (d *dispatcher) Recover(ctx context.Context) error {
 	var adopted []string
 	for _, j := range fresh {
 		if withdrawn[j.JobID] && j.Status == wire.JobQueued {
-			_, err := d.br.Transition(ctx, j.JobID, wire.JobQueued, wire.JobCancelled, broker.JobUpdate{
+			_, err := d.jobs.Transition(ctx, j.JobID, wire.JobQueued, wire.JobCancelled, jobs.Update{
 				Error: &wire.JobError{Code: "cancelled", Message: "request retracted before it started"}})
-			if err != nil && !errors.Is(err, broker.ErrConflict) {
+			if err != nil && !errors.Is(err, jobs.ErrConflict) {
 				d.log.Warn("cancel withdrawn job", "job", j.JobID, "err", err)
 			}
 			_ = d.pres.Disown(ctx, j.JobID)
@@ -354,10 +360,10 @@ func (d *dispatcher) Recover(ctx context.Context) error {
 
 // withdrawn reports which jobs' request entries were retracted or
 // superseded (or marked cancel_requested by a broker that saw it).
-func (d *dispatcher) withdrawn(ctx context.Context, jobs []broker.Job) (map[string]bool, error) {
+func (d *dispatcher) withdrawn(ctx context.Context, js []jobs.Job) (map[string]bool, error) {
 	out := map[string]bool{}
 	var ids []string
-	for _, j := range jobs {
+	for _, j := range js {
 		if j.CancelRequested {
 			out[j.JobID] = true
 		}
@@ -370,7 +376,7 @@ func (d *dispatcher) withdrawn(ctx context.Context, jobs []broker.Job) (map[stri
 	if err != nil {
 		return nil, err
 	}
-	for i, j := range jobs {
+	for i, j := range js {
 		if s := sts[i]; s == string(blackboard.StatusRetracted) || s == string(blackboard.StatusSuperseded) {
 			out[j.JobID] = true
 		}
@@ -379,10 +385,10 @@ func (d *dispatcher) withdrawn(ctx context.Context, jobs []broker.Job) (map[stri
 }
 
 // endLost ends a running job whose node went silent.
-func (d *dispatcher) endLost(ctx context.Context, j broker.Job) {
-	_, err := d.br.Transition(ctx, j.JobID, wire.JobRunning, wire.JobFailed, broker.JobUpdate{
+func (d *dispatcher) endLost(ctx context.Context, j jobs.Job) {
+	_, err := d.jobs.Transition(ctx, j.JobID, wire.JobRunning, wire.JobFailed, jobs.Update{
 		Error: &wire.JobError{Code: "lost", Message: fmt.Sprintf("node %s has not been heard from for over %v", j.Node, d.cfg.Scheduler.NodeTimeout.D())}})
-	if err != nil && !errors.Is(err, broker.ErrConflict) {
+	if err != nil && !errors.Is(err, jobs.ErrConflict) {
 		d.log.Warn("end lost job", "job", j.JobID, "err", err)
 		return
 	}
@@ -390,10 +396,10 @@ func (d *dispatcher) endLost(ctx context.Context, j broker.Job) {
 	d.log.Warn("ended a job of a silent node as lost", "job", j.JobID, "node", j.Node)
 }
 
-func (d *dispatcher) reattach(ctx context.Context, j broker.Job) {
+func (d *dispatcher) reattach(ctx context.Context, j jobs.Job) {
 	t, werr := d.track(j)
 	if werr != nil {
-		_, _ = d.br.Transition(ctx, j.JobID, wire.JobRunning, wire.JobFailed, broker.JobUpdate{
+		_, _ = d.jobs.Transition(ctx, j.JobID, wire.JobRunning, wire.JobFailed, jobs.Update{
 			Error: &wire.JobError{Code: string(werr.Code), Message: werr.Message}})
 		return
 	}
@@ -409,7 +415,7 @@ func (d *dispatcher) reattach(ctx context.Context, j broker.Job) {
 }
 
 // track builds the in-memory view of a job record.
-func (d *dispatcher) track(j broker.Job) (*tracked, *wire.Error) {
+func (d *dispatcher) track(j jobs.Job) (*tracked, *wire.Error) {
 	cmd, werr := d.cfg.Resolve(j.Request)
 	if werr != nil {
 		return nil, werr
@@ -432,11 +438,11 @@ func (d *dispatcher) track(j broker.Job) (*tracked, *wire.Error) {
 	return &tracked{rec: j, ej: ej, cmd: cmd}, nil
 }
 
-func (d *dispatcher) addPending(j broker.Job) {
+func (d *dispatcher) addPending(j jobs.Job) {
 	t, werr := d.track(j)
 	if werr != nil {
 		// The config changed since acceptance (template removed, say).
-		_, err := d.br.Transition(context.Background(), j.JobID, wire.JobQueued, wire.JobFailed, broker.JobUpdate{
+		_, err := d.jobs.Transition(context.Background(), j.JobID, wire.JobQueued, wire.JobFailed, jobs.Update{
 			Error: &wire.JobError{Code: string(werr.Code), Message: werr.Message}})
 		if err != nil {
 			d.log.Warn("fail job", "job", j.JobID, "err", err)
@@ -526,9 +532,9 @@ func (d *dispatcher) applyCancels(ctx context.Context) bool {
 		d.mu.Unlock()
 		switch {
 		case isPending:
-			_, err := d.br.Transition(ctx, id, wire.JobQueued, wire.JobCancelled, broker.JobUpdate{
+			_, err := d.jobs.Transition(ctx, id, wire.JobQueued, wire.JobCancelled, jobs.Update{
 				Error: &wire.JobError{Code: "cancelled", Message: "request retracted before it started"}})
-			if err != nil && !errors.Is(err, broker.ErrConflict) {
+			if err != nil && !errors.Is(err, jobs.ErrConflict) {
 				d.log.Warn("cancel queued job", "job", id, "err", err)
 				continue
 			}
@@ -558,7 +564,7 @@ func (d *dispatcher) applyCancels(ctx context.Context) bool {
 		default:
 			// Not ours (yet): the record says cancel_requested; whoever
 			// picks it up sees the retracted request at Transition time.
-			_, _ = d.br.Transition(ctx, id, wire.JobQueued, wire.JobCancelled, broker.JobUpdate{
+			_, _ = d.jobs.Transition(ctx, id, wire.JobQueued, wire.JobCancelled, jobs.Update{
 				Error: &wire.JobError{Code: "cancelled", Message: "request retracted before it started"}})
 		}
 	}
@@ -596,8 +602,8 @@ func (d *dispatcher) pollRunning(ctx context.Context) bool {
 
 // requeueUnstarted returns a job whose task was never started to the queue.
 func (d *dispatcher) requeueUnstarted(ctx context.Context, t *tracked) {
-	rec, err := d.br.Transition(ctx, t.rec.JobID, wire.JobRunning, wire.JobQueued, broker.JobUpdate{})
-	if err != nil && !errors.Is(err, broker.ErrConflict) {
+	rec, err := d.jobs.Transition(ctx, t.rec.JobID, wire.JobRunning, wire.JobQueued, jobs.Update{})
+	if err != nil && !errors.Is(err, jobs.ErrConflict) {
 		d.log.Warn("requeue unstarted job", "job", t.rec.JobID, "err", err)
 		return
 	}
@@ -613,7 +619,7 @@ func (d *dispatcher) requeueUnstarted(ctx context.Context, t *tracked) {
 
 func (d *dispatcher) finish(ctx context.Context, t *tracked, st providers.Status) {
 	now := d.clock.Now()
-	u := broker.JobUpdate{ExitCode: st.ExitCode, StdoutPath: st.StdoutPath, StderrPath: st.StderrPath}
+	u := jobs.Update{ExitCode: st.ExitCode, StdoutPath: st.StdoutPath, StderrPath: st.StderrPath}
 	to := wire.JobSucceeded
 	switch st.State {
 	case providers.StateFailed:
@@ -637,8 +643,8 @@ func (d *dispatcher) finish(ctx context.Context, t *tracked, st providers.Status
 	if retry {
 		to = wire.JobQueued
 	}
-	rec, err := d.br.Transition(ctx, t.rec.JobID, wire.JobRunning, to, u)
-	if err != nil && !errors.Is(err, broker.ErrConflict) {
+	rec, err := d.jobs.Transition(ctx, t.rec.JobID, wire.JobRunning, to, u)
+	if err != nil && !errors.Is(err, jobs.ErrConflict) {
 		d.log.Warn("record job end", "job", t.rec.JobID, "err", err)
 		if rec.JobID == "" {
 			return // try again on the next poll
@@ -816,15 +822,15 @@ func (d *dispatcher) start(ctx context.Context, p engine.Placement) bool {
 	if !ok {
 		return false
 	}
-	rec, err := d.br.Transition(ctx, t.rec.JobID, wire.JobQueued, wire.JobRunning, broker.JobUpdate{Node: p.Node})
+	rec, err := d.jobs.Transition(ctx, t.rec.JobID, wire.JobQueued, wire.JobRunning, jobs.Update{Node: p.Node})
 	if err != nil {
-		if !errors.Is(err, broker.ErrConflict) && !errors.Is(err, broker.ErrNotFound) {
+		if !errors.Is(err, jobs.ErrConflict) && !errors.Is(err, jobs.ErrNotFound) {
 			d.log.Warn("start: transition", "job", t.rec.JobID, "err", err)
 			d.mu.Lock()
 			d.pending[t.rec.JobID] = t // Redis trouble: try again next cycle
 			d.mu.Unlock()
 		}
-		if errors.Is(err, broker.ErrWithdrawn) { // cancelled in the same step
+		if errors.Is(err, jobs.ErrWithdrawn) { // cancelled in the same step
 			_ = d.pres.Disown(ctx, t.rec.JobID)
 			d.mu.Lock()
 			d.stats.cancelled++
@@ -852,7 +858,7 @@ func (d *dispatcher) start(ctx context.Context, p engine.Placement) bool {
 	}
 	h, err := d.prov.Start(ctx, task)
 	if err != nil {
-		_, terr := d.br.Transition(ctx, rec.JobID, wire.JobRunning, wire.JobFailed, broker.JobUpdate{
+		_, terr := d.jobs.Transition(ctx, rec.JobID, wire.JobRunning, wire.JobFailed, jobs.Update{
 			Error: &wire.JobError{Code: "start_failed", Message: err.Error()}})
 		if terr != nil {
 			d.log.Warn("start: record failure", "job", rec.JobID, "err", terr)
@@ -885,9 +891,9 @@ func (d *dispatcher) rejectFinal(ctx context.Context, r engine.Rejection) {
 	if r.Reason == engine.ReasonDeadlineInfeasible {
 		to = wire.JobExpired
 	}
-	_, err := d.br.Transition(ctx, t.rec.JobID, wire.JobQueued, to, broker.JobUpdate{
+	_, err := d.jobs.Transition(ctx, t.rec.JobID, wire.JobQueued, to, jobs.Update{
 		Error: &wire.JobError{Code: string(r.Reason), Message: r.Message}})
-	if err != nil && !errors.Is(err, broker.ErrConflict) {
+	if err != nil && !errors.Is(err, jobs.ErrConflict) {
 		d.log.Warn("reject job", "job", t.rec.JobID, "err", err)
 	}
 	_ = d.pres.Disown(ctx, t.rec.JobID)
@@ -917,7 +923,7 @@ func (d *dispatcher) Stats(inboxDepth int) PoolStats {
 		}
 		return sum / float64(n)
 	}
-	jobs := wire.JobStatusData{
+	jsd := wire.JobStatusData{
 		PendingJobs: len(d.pending), RunningJobs: len(d.running),
 		CompletedJobs: s.completed, FailedJobs: s.failed, CancelledJobs: s.cancelled, InboxDepth: inboxDepth,
 		Statistics: wire.JobStatistics{
@@ -927,7 +933,7 @@ func (d *dispatcher) Stats(inboxDepth int) PoolStats {
 	}
 	return PoolStats{
 		Utilization: util,
-		Jobs:        jobs,
+		Jobs:        jsd,
 		Metrics: map[string]float64{
 			"scheduler_cycles":        float64(s.cycles),
 			"scheduler_placements":    float64(s.placements),
@@ -981,8 +987,8 @@ func (d *dispatcher) PublishExplanations(ctx context.Context, limit int, minGap 
 		if err != nil {
 			continue
 		}
-		if _, err := d.br.Transition(ctx, u.t.rec.JobID, wire.JobQueued, wire.JobQueued, broker.JobUpdate{Explanation: b}); err != nil &&
-			!errors.Is(err, broker.ErrConflict) && ctx.Err() == nil {
+		if _, err := d.jobs.Transition(ctx, u.t.rec.JobID, wire.JobQueued, wire.JobQueued, jobs.Update{Explanation: b}); err != nil &&
+			!errors.Is(err, jobs.ErrConflict) && ctx.Err() == nil {
 			d.log.Warn("publish explanation", "job", u.t.rec.JobID, "err", err)
 		}
 	}
@@ -1029,7 +1035,7 @@ func ExplanationJSON(e engine.Explanation) Explained {
 func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
 
 // engineJob converts a job record to the engine's view.
-func engineJob(j broker.Job, submitted time.Time, cfg *Config) engine.Job {
+func engineJob(j jobs.Job, submitted time.Time, cfg *Config) engine.Job {
 	r := j.Request.Resources
 	var req engine.Resources
 	req[engine.DimCPU] = int64(math.Ceil(r.CPUCores * 1000))
@@ -1066,7 +1072,7 @@ func engineJob(j broker.Job, submitted time.Time, cfg *Config) engine.Job {
 
 func taskID(jobID string, attempt int) string { return fmt.Sprintf("%s-%d", jobID, attempt) }
 
-func jobEnv(env map[string]string, rec broker.Job) map[string]string {
+func jobEnv(env map[string]string, rec jobs.Job) map[string]string {
 	out := maps.Clone(env)
 	if out == nil {
 		out = map[string]string{}

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/computeboard/computeboard/broker"
 	"github.com/computeboard/computeboard/engine"
+	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -17,7 +17,7 @@ func pendingDispatcher(maxPending int, accounts []engine.Account, held map[strin
 	for a, n := range held {
 		for i := range n {
 			id := fmt.Sprintf("%s-%d", a, i)
-			d.pending[id] = &tracked{rec: broker.Job{JobData: wire.JobData{JobID: id, Account: a}}}
+			d.pending[id] = &tracked{rec: jobs.Job{JobData: wire.JobData{JobID: id, Account: a}}}
 		}
 	}
 	return d
@@ -70,7 +70,7 @@ func TestIncompleteGangsFail(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
 	d := &dispatcher{cfg: cfg, pending: map[string]*tracked{}, running: map[string]*tracked{}}
 	member := func(id, gang string, size int, accepted time.Time) *tracked {
-		return &tracked{rec: broker.Job{JobData: wire.JobData{JobID: id, Account: "a"}, AcceptedAt: float64(accepted.Unix())},
+		return &tracked{rec: jobs.Job{JobData: wire.JobData{JobID: id, Account: "a"}, AcceptedAt: float64(accepted.Unix())},
 			ej: engine.Job{ID: id, Account: "a", GangID: gang, GangSize: size}}
 	}
 	d.pending["lone"] = member("lone", "g1", 2, t0)
@@ -97,7 +97,7 @@ func TestFutureTimestampIsClamped(t *testing.T) {
 	d := &dispatcher{cfg: cfg}
 	accepted := 1_800_000_000.0
 	for _, posted := range []float64{accepted + 5, accepted * 1000} {
-		j := broker.Job{JobData: wire.JobData{JobID: "j", Account: "a"}, AcceptedAt: accepted,
+		j := jobs.Job{JobData: wire.JobData{JobID: "j", Account: "a"}, AcceptedAt: accepted,
 			Request: wire.Request{Template: "t", Account: "a"}}
 		j.SubmittedAt = &posted
 		tr, werr := d.track(j)
@@ -112,7 +112,7 @@ func TestFutureTimestampIsClamped(t *testing.T) {
 		t.Errorf("future timestamps counted %d, want 2", n)
 	}
 	past := accepted - 10
-	j := broker.Job{JobData: wire.JobData{JobID: "k", Account: "a"}, AcceptedAt: accepted, Request: wire.Request{Template: "t", Account: "a"}}
+	j := jobs.Job{JobData: wire.JobData{JobID: "k", Account: "a"}, AcceptedAt: accepted, Request: wire.Request{Template: "t", Account: "a"}}
 	j.SubmittedAt = &past
 	tr, _ := d.track(j)
 	if !tr.ej.Submitted.Equal(epochTime(past)) {

@@ -25,6 +25,7 @@ import (
 	"github.com/computeboard/computeboard/broker"
 	"github.com/computeboard/computeboard/engine"
 	"github.com/computeboard/computeboard/internal/clock"
+	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/providers/local"
 	"github.com/computeboard/computeboard/wire"
 )
@@ -122,7 +123,14 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 		pub  *publisher
 		br   *broker.Broker
 	)
+	// One job store for the broker's accepts, the dispatcher's transitions,
+	// the checkpoint and the HTTP API.
+	js, err := jobs.New(rdb, store, jobs.Config{Retention: cfg.Retention.D(), Clock: clk, Logger: logger})
+	if err != nil {
+		return err
+	}
 	br, err = broker.New(rdb, store, broker.Config{
+		Jobs:             js,
 		Consumer:         cfg.Consumer,
 		InboxCapacity:    cfg.Broker.InboxCapacity,
 		LeaseTimeout:     cfg.Broker.LeaseTimeout.D(),
@@ -135,7 +143,6 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 		PublicReads:      cfg.HTTP.PublicReads,
 		Identity:         cfg.Identity,
 		MayBill:          cfg.mayBill(),
-		JobRetention:     cfg.Retention.D(),
 		DLQMaxAge:        cfg.Retention.D(),
 		Check:            admissionCheck(cfg, node),
 		OnCancel:         func(c broker.Cancel) { disp.OnCancel(c) },
@@ -153,7 +160,7 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 	if err := pres.Beat(ctx); err != nil {
 		return err
 	}
-	disp = newDispatcher(cfg, br, prov, "local", node, clk, logger.With("component", "dispatcher"), func() { pub.Notify() }, pres)
+	disp = newDispatcher(cfg, br, js, prov, "local", node, clk, logger.With("component", "dispatcher"), func() { pub.Notify() }, pres)
 	disp.requestStatus = func(ctx context.Context, ids []string) ([]string, error) {
 		cmds := make([]*redis.StringCmd, len(ids))
 		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -173,7 +180,7 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 	}
 	inboxDepth := func() int { return br.Inbox().Len() }
 	pub = newPublisher(store, func() PoolStats { return disp.Stats(inboxDepth()) }, cfg.Telemetry.Interval.D(), logger.With("component", "telemetry"))
-	ckpt := &checkpointer{rdb: rdb, key: store.Keys().EngineState(), node: node.Name, disp: disp,
+	ckpt := &checkpointer{jobs: js, node: node.Name, disp: disp,
 		every: 10 * time.Second, log: logger.With("component", "checkpoint")}
 	if err := ckpt.Load(ctx); err != nil {
 		return err
@@ -206,7 +213,7 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 			return fmt.Errorf("http: %w", err)
 		}
 		fmt.Fprintf(stdout, "computeboard adapter: HTTP API on http://%s (/healthz /readyz /metrics /api/v1)\n", ln.Addr())
-		srv := newHTTPServer(cfg, apiHandler(rdb, br, disp, reg, cfg))
+		srv := newHTTPServer(cfg, apiHandler(rdb, br, js, disp, reg, cfg))
 		g.Go(func() error {
 			if err := srv.Serve(newLimitListener(ln, cfg.HTTP.MaxConnections)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return err
@@ -312,7 +319,7 @@ func admissionCheck(cfg *Config, node engine.Node) func(wire.Request) *wire.Erro
 		if _, werr := cfg.Resolve(req); werr != nil {
 			return werr
 		}
-		j := broker.Job{Request: req}
+		j := jobs.Job{Request: req}
 		j.Account, j.Priority = req.Account, req.Priority
 		if rej := engine.Feasible([]engine.Node{node}, engineJob(j, time.Time{}, cfg)); rej != nil {
 			return &wire.Error{Code: wire.CodeImpossibleRequest, Field: "resource_requirements", Message: rej.Message}
@@ -347,7 +354,7 @@ func pruneTaskDirs(ctx context.Context, prov *local.Provider, clk clock.Clock, r
 }
 
 // apiHandler serves health, metrics, the inbox API and the jobs API.
-func apiHandler(rdb redis.UniversalClient, br *broker.Broker, disp *dispatcher, reg *prometheus.Registry, cfg *Config) http.Handler {
+func apiHandler(rdb redis.UniversalClient, br *broker.Broker, js *jobs.Store, disp *dispatcher, reg *prometheus.Registry, cfg *Config) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -379,8 +386,8 @@ func apiHandler(rdb redis.UniversalClient, br *broker.Broker, disp *dispatcher, 
 				"job records hold request payloads and environments: send Authorization: Bearer <operator token> (or set http.public_reads)"))
 			return
 		}
-		j, err := br.GetJob(r.Context(), r.PathValue("id"))
-		if errors.Is(err, broker.ErrNotFound) {
+		j, err := js.Get(r.Context(), r.PathValue("id"))
+		if errors.Is(err, jobs.ErrNotFound) {
 			writeJSON(w, http.StatusNotFound, apiError("not_found", "no job "+r.PathValue("id")))
 			return
 		}
@@ -389,7 +396,7 @@ func apiHandler(rdb redis.UniversalClient, br *broker.Broker, disp *dispatcher, 
 			return
 		}
 		if !authorized {
-			j = j.Redacted()
+			j = broker.RedactJob(j)
 		}
 		writeJSON(w, http.StatusOK, j)
 	})

@@ -1,4 +1,4 @@
-package broker
+package jobs
 
 import (
 	"encoding/json"
@@ -8,22 +8,23 @@ import (
 	"github.com/computeboard/computeboard/wire"
 )
 
+// (Moved from the broker, where records were kept before package jobs.)
+
 // TestIdempotencyPerModule: an idempotency key is unique within its source
 // module: another module's request with the same key gets its own job, so
 // no module can pre-claim or shadow another's.
 func TestIdempotencyPerModule(t *testing.T) {
 	bd := newBoard(t)
-	b := bd.broker(t, Config{})
+	s := bd.jobs
 	a1 := bd.post(t, "a", `{"command":["x"],"idempotency_key":"k1"}`)
 	b1 := bd.post(t, "b", `{"command":["x"],"idempotency_key":"k1"}`)
-	feed(t, b)
-	ja, ca := accept(t, b, next(t, b))
-	jb, cb := accept(t, b, next(t, b))
+	ja, ca := bd.accept(t, s, a1)
+	jb, cb := bd.accept(t, s, b1)
 	if !ca || !cb || ja.JobID == jb.JobID {
 		t.Fatalf("module a: %+v %v; module b: %+v %v", ja.JobData, ca, jb.JobData, cb)
 	}
-	if ja.RequestEntryID != a1 || jb.RequestEntryID != b1 {
-		t.Errorf("jobs of %s and %s, want %s and %s", ja.RequestEntryID, jb.RequestEntryID, a1, b1)
+	if ja.RequestEntryID != a1.EntryID || jb.RequestEntryID != b1.EntryID {
+		t.Errorf("jobs of %s and %s, want %s and %s", ja.RequestEntryID, jb.RequestEntryID, a1.EntryID, b1.EntryID)
 	}
 }
 
@@ -33,13 +34,12 @@ func TestIdempotencyPerModule(t *testing.T) {
 // it.
 func TestDuplicateGetsEntry(t *testing.T) {
 	bd := newBoard(t)
-	b := bd.broker(t, Config{})
+	s := bd.jobs
 	first := bd.post(t, "m", `{"command":["x"],"idempotency_key":"k1"}`)
 	second := bd.post(t, "m", `{"command":["x"],"idempotency_key":"k1"}`)
-	feed(t, b)
-	j1, _ := accept(t, b, next(t, b))
-	accept(t, b, next(t, b))
-	e, err := bd.store.Get(t.Context(), wire.JobID(second))
+	j1, _ := bd.accept(t, s, first)
+	bd.accept(t, s, second)
+	e, err := bd.store.Get(t.Context(), wire.JobID(second.EntryID))
 	if err != nil {
 		t.Fatalf("the duplicate's job entry: %v", err)
 	}
@@ -48,36 +48,34 @@ func TestDuplicateGetsEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	if data["duplicate_of"] != j1.JobID || data["status"] != string(wire.JobQueued) ||
-		data["job_id"] != wire.JobID(second) || data["request_entry_id"] != second {
-		t.Errorf("duplicate's job data %v, want duplicate_of %s (request %s)", data, j1.JobID, first)
+		data["job_id"] != wire.JobID(second.EntryID) || data["request_entry_id"] != second.EntryID {
+		t.Errorf("duplicate's job data %v, want duplicate_of %s (request %s)", data, j1.JobID, first.EntryID)
 	}
-	if e.ParentID != second {
+	if e.ParentID != second.EntryID {
 		t.Errorf("duplicate's job entry parent %q", e.ParentID)
 	}
 	// It follows the original's status to the end.
 	ctx := t.Context()
-	if _, err := b.Transition(ctx, j1.JobID, wire.JobQueued, wire.JobRunning, JobUpdate{}); err != nil {
+	if _, err := s.Transition(ctx, j1.JobID, wire.JobQueued, wire.JobRunning, Update{}); err != nil {
 		t.Fatal(err)
 	}
 	zero := 0
-	if _, err := b.Transition(ctx, j1.JobID, wire.JobRunning, wire.JobSucceeded, JobUpdate{ExitCode: &zero}); err != nil {
+	if _, err := s.Transition(ctx, j1.JobID, wire.JobRunning, wire.JobSucceeded, Update{ExitCode: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	jd, _ := bd.jobEntry(t, second)
-	if jd.Status != wire.JobSucceeded || jd.JobID != wire.JobID(second) || jd.ExitCode == nil {
+	jd, _ := bd.jobEntry(t, second.EntryID)
+	if jd.Status != wire.JobSucceeded || jd.JobID != wire.JobID(second.EntryID) || jd.ExitCode == nil {
 		t.Errorf("duplicate's job entry after the original succeeded: %+v", jd)
 	}
 }
 
 // TestJobRetention: a terminal job's record and its idempotency key expire
-// after JobRetention; an active job's never do.
+// after Retention; an active job's never do.
 func TestJobRetention(t *testing.T) {
-	bd := newBoard(t)
+	bd := newBoardWith(t, Config{Retention: time.Hour})
+	s := bd.jobs
 	ctx := t.Context()
-	b := bd.broker(t, Config{JobRetention: time.Hour})
-	bd.post(t, "m", `{"command":["x"],"idempotency_key":"k1"}`)
-	feed(t, b)
-	j, _ := accept(t, b, next(t, b))
+	j, _ := bd.accept(t, s, bd.post(t, "m", `{"command":["x"],"idempotency_key":"k1"}`))
 	idem := bd.keys.JobIdem("m", "k1")
 	ttl := func(key string) time.Duration {
 		t.Helper()
@@ -93,14 +91,14 @@ func TestJobRetention(t *testing.T) {
 	if d := ttl(idem); d != -1*time.Millisecond && d != -1 {
 		t.Errorf("active idempotency key TTL %v, want none (present: %v)", d, d != -2*time.Millisecond)
 	}
-	if _, err := b.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, JobUpdate{}); err != nil {
+	if _, err := s.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, Update{}); err != nil {
 		t.Fatal(err)
 	}
 	if d := ttl(bd.keys.Job(j.JobID)); d > 0 {
 		t.Errorf("running record TTL %v, want none", d)
 	}
 	zero := 0
-	if _, err := b.Transition(ctx, j.JobID, wire.JobRunning, wire.JobSucceeded, JobUpdate{ExitCode: &zero}); err != nil {
+	if _, err := s.Transition(ctx, j.JobID, wire.JobRunning, wire.JobSucceeded, Update{ExitCode: &zero}); err != nil {
 		t.Fatal(err)
 	}
 	if d := ttl(bd.keys.Job(j.JobID)); d <= 0 || d > time.Hour+2*time.Second {
@@ -111,15 +109,31 @@ func TestJobRetention(t *testing.T) {
 	}
 }
 
+// TestJobRetentionForever: with a negative Retention a terminal job's
+// record and key are kept.
+func TestJobRetentionForever(t *testing.T) {
+	bd := newBoardWith(t, Config{Retention: -1})
+	s := bd.jobs
+	ctx := t.Context()
+	j, _ := bd.accept(t, s, bd.post(t, "m", `{"command":["x"],"idempotency_key":"k1"}`))
+	zero := 0
+	if _, err := s.Transition(ctx, j.JobID, wire.JobQueued, wire.JobSucceeded, Update{ExitCode: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{bd.keys.Job(j.JobID), bd.keys.JobIdem("m", "k1")} {
+		if d, err := bd.rdb.PTTL(ctx, key).Result(); err != nil || d != -1*time.Millisecond && d != -1 {
+			t.Errorf("%s TTL %v, %v; want none", key, d, err)
+		}
+	}
+}
+
 // TestLegacyIdempotencyHash: a key recorded in the old P:jobs:idem HASH
 // (a board from before per-module keys) still finds its job.
 func TestLegacyIdempotencyHash(t *testing.T) {
 	bd := newBoard(t)
+	s := bd.jobs
 	ctx := t.Context()
-	b := bd.broker(t, Config{})
-	bd.post(t, "m", `{"command":["x"],"idempotency_key":"old"}`)
-	feed(t, b)
-	j, _ := accept(t, b, next(t, b))
+	j, _ := bd.accept(t, s, bd.post(t, "m", `{"command":["x"],"idempotency_key":"old"}`))
 	// Rewrite the board as an old broker left it.
 	if err := bd.rdb.Del(ctx, bd.keys.JobIdem("m", "old")).Err(); err != nil {
 		t.Fatal(err)
@@ -127,9 +141,10 @@ func TestLegacyIdempotencyHash(t *testing.T) {
 	if err := bd.rdb.HSet(ctx, bd.keys.JobsIdem(), "old", j.JobID).Err(); err != nil {
 		t.Fatal(err)
 	}
-	bd.post(t, "m", `{"command":["x"],"idempotency_key":"old"}`)
-	feed(t, b)
-	j2, created := accept(t, b, next(t, b))
+	if id, err := s.JobForKey(ctx, "m", "old"); err != nil || id != j.JobID {
+		t.Errorf("JobForKey of a legacy key = %q, %v; want %s", id, err, j.JobID)
+	}
+	j2, created := bd.accept(t, s, bd.post(t, "m", `{"command":["x"],"idempotency_key":"old"}`))
 	if created || j2.JobID != j.JobID {
 		t.Errorf("duplicate of a legacy key: %s created %v, want %s", j2.JobID, created, j.JobID)
 	}

@@ -1,4 +1,4 @@
-package broker
+package jobs
 
 import (
 	"context"
@@ -26,9 +26,11 @@ type JobFinishedEvent struct {
 	FinishedAt     *float64       `json:"finished_at"`
 }
 
-// emitFinished raises EventJobFinished for jd, terminal. The job has ended
-// already; a failure to emit is logged, not returned.
-func (b *Broker) emitFinished(ctx context.Context, jd wire.JobData) {
+// EmitFinished raises EventJobFinished for jd if it is terminal (nothing
+// otherwise). Transition calls it; a request that ends before it has a
+// record (rejected, expired, cancelled) gets it from whoever ends it. The
+// job has ended already: a failure to emit is logged, not returned.
+func (s *Store) EmitFinished(ctx context.Context, jd wire.JobData) {
 	if !jd.Status.Terminal() {
 		return
 	}
@@ -39,9 +41,9 @@ func (b *Broker) emitFinished(ctx context.Context, jd wire.JobData) {
 	}
 	p, err := json.Marshal(ev)
 	if err == nil {
-		_, err = b.store.Emit(ctx, blackboard.Event{Type: EventJobFinished, Source: wire.SourceModule, Payload: p})
+		_, err = s.board.Emit(ctx, blackboard.Event{Type: EventJobFinished, Source: wire.SourceModule, Payload: p})
 	}
 	if err != nil {
-		b.log.Warn("job finished, event not emitted", "job", jd.JobID, "status", jd.Status, "err", err)
+		s.log.Warn("job finished, event not emitted", "job", jd.JobID, "status", jd.Status, "err", err)
 	}
 }

@@ -10,6 +10,7 @@
 --          hash slot)
 -- KEYS[4]  P:jobs:idem:  the prefix of the per-module idempotency keys,
 --          P:jobs:idem:<len>:<module>:<key>, built from the record
+-- KEYS[5]  (fenced writers only) the fencing epoch key, P:pool:epoch
 -- ARGV[1]  job id
 -- ARGV[2]  expected status (from)
 -- ARGV[3]  new status (to)
@@ -18,20 +19,37 @@
 -- ARGV[6]  retention in milliseconds of a terminal job ("" or negative:
 --          kept forever). The key expires at it, the record one second
 --          later, so a key never names a record that is gone.
--- ARGV[7..] record field, value pairs to set (updated_at among them)
+-- ARGV[7]  now, epoch seconds (updated_at of a job cancelled at its start)
+-- ARGV[8]  the writer's fencing epoch (read only with KEYS[5])
+-- ARGV[9]  the node the record must name ("": not checked)
+-- ARGV[10..] record field, value pairs to set (updated_at among them)
 --
--- Returns {1, {field, value, ...}} (the whole record after the change),
--- {0, current_status} when the status is not ARGV[2], {-1} when there is no
--- such job, and {2, {field, value, ...}} when a start (queued -> running)
--- finds the request withdrawn (its entry retracted or superseded, or the
--- record's cancel_requested set): the job is cancelled instead, in this
--- same step, so a retraction that lands before the start always wins.
+-- Returns {-2, current epoch} when KEYS[5] is given and does not hold
+-- ARGV[8] (a deposed writer: nothing is written), {-1} when there is no
+-- such job, {0, current_status} when the status is not ARGV[2], {3,
+-- current node} when ARGV[9] is set and the record's node is another
+-- (nothing is written then either), {1, {field, value, ...}} (the whole
+-- record after the change), and {2, {field, value, ...}} when a start
+-- (queued -> running) finds the request withdrawn (its entry retracted or
+-- superseded, or the record's cancel_requested set): the job is cancelled
+-- instead, in this same step, so a retraction that lands before the start
+-- always wins.
+local stale = stale_fence(KEYS[5], ARGV[8])
+if stale then
+  return { -2, stale }
+end
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then
   return { -1 }
 end
 if status ~= ARGV[2] then
   return { 0, status }
+end
+if ARGV[9] ~= '' then
+  local node = redis.call('HGET', KEYS[1], 'node') or ''
+  if node ~= ARGV[9] then
+    return { 3, node }
+  end
 end
 -- retire: the job has ended; it leaves the active set, and its record and
 -- its idempotency key (while that still names it) expire after ARGV[6].
@@ -56,8 +74,7 @@ if ARGV[2] == 'queued' and ARGV[3] == 'running' then
     st = redis.call('HGET', KEYS[3] .. r[1], 'status')
   end
   if r[2] == '1' or st == 'retracted' or st == 'superseded' then
-    -- ARGV[7], ARGV[8] are updated_at and its value.
-    redis.call('HSET', KEYS[1], 'status', 'cancelled', 'updated_at', ARGV[8], 'finished_at', ARGV[8],
+    redis.call('HSET', KEYS[1], 'status', 'cancelled', 'updated_at', ARGV[7], 'finished_at', ARGV[7],
       'error', '{"code":"cancelled","message":"request retracted before it started"}')
     redis.call('HINCRBY', KEYS[1], 'version', 1)
     retire()
@@ -65,7 +82,7 @@ if ARGV[2] == 'queued' and ARGV[3] == 'running' then
   end
 end
 local fields = { 'status', ARGV[3] }
-for i = 7, #ARGV do
+for i = 10, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
 redis.call('HSET', KEYS[1], unpack(fields))

@@ -1,0 +1,173 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/wire"
+)
+
+// PublishAccepted is acceptance's second step: post the compute.job entry
+// of j, the job spec's request was accepted into (Accept), if absent. An
+// entry left by an earlier refusal of the same request (a replayed dead
+// letter) is overwritten while the job has had no transition yet. A
+// duplicate request (j is another request's job, with the same module and
+// idempotency key) gets an entry at its own job id that mirrors j's status
+// and names j in data.duplicate_of, so a poster waiting on its own job id
+// finds where its work went; j's record lists the duplicate, so that
+// Transition keeps that entry in step.
+func (s *Store) PublishAccepted(ctx context.Context, spec AcceptSpec, j Job) error {
+	if j.JobID != spec.JobID {
+		return s.putDuplicateEntry(ctx, spec, j)
+	}
+	created, err := s.PostJobEntry(ctx, j.JobData)
+	if err != nil || created || j.Version > 0 {
+		return err
+	}
+	return s.updateJobEntry(ctx, j.JobData)
+}
+
+// ConsumeAccepted is the first half of acceptance's third step (the
+// second, acknowledging the intake message, is the broker's): the request
+// entry is marked consumed. If the poster retracted (or superseded) it
+// meanwhile, the queued job this request created is cancelled before it
+// can start, and returned so. An entry that is gone, or already in
+// another final status, is fine.
+func (s *Store) ConsumeAccepted(ctx context.Context, spec AcceptSpec, j Job) (Job, error) {
+	err := s.board.Consume(ctx, spec.EntryID, nil)
+	switch {
+	case errors.Is(err, blackboard.ErrConflict) && j.JobID == spec.JobID && j.Status == wire.JobQueued:
+		e, gerr := s.board.Get(ctx, spec.EntryID)
+		if gerr == nil && (e.Status == blackboard.StatusRetracted || e.Status == blackboard.StatusSuperseded) {
+			cj, terr := s.Transition(ctx, j.JobID, wire.JobQueued, wire.JobCancelled, Update{
+				Error: &wire.JobError{Code: "cancelled", Message: "request entry " + string(e.Status) + " before it started"},
+			})
+			if terr == nil {
+				j = cj
+			} else if !errors.Is(terr, ErrConflict) {
+				return Job{}, terr
+			}
+		}
+	case err != nil && !errors.Is(err, blackboard.ErrNotFound) && !errors.Is(err, blackboard.ErrConflict):
+		return Job{}, err
+	}
+	return j, nil
+}
+
+// PostJobEntry posts jd's compute.job entry unless one exists (created is
+// false then): the entry of a request that ends before it has a record
+// (rejected, expired, cancelled), or of an accepted job.
+func (s *Store) PostJobEntry(ctx context.Context, jd wire.JobData) (created bool, err error) {
+	e, err := jobEntry(jd)
+	if err != nil {
+		return false, err
+	}
+	return s.board.PostIfAbsent(ctx, e)
+}
+
+// updateJobEntry rewrites the job entry's data and metadata from jd,
+// posting it again if it is gone (evicted).
+func (s *Store) updateJobEntry(ctx context.Context, jd wire.JobData) error {
+	e, err := jobEntry(jd)
+	if err != nil {
+		return err
+	}
+	err = s.board.Update(ctx, jd.JobID, blackboard.Update{Data: &e.Data, Metadata: &e.Metadata})
+	if errors.Is(err, blackboard.ErrNotFound) {
+		_, err = s.board.PostIfAbsent(ctx, e)
+	}
+	return err
+}
+
+// jobEntry builds the compute.job entry for jd.
+func jobEntry(jd wire.JobData) (*blackboard.Entry, error) {
+	data, err := json.Marshal(jd)
+	if err != nil {
+		return nil, err
+	}
+	e := blackboard.NewEntry(wire.TopicJob, wire.SourceModule, data)
+	e.ID, e.ParentID = jd.JobID, jd.RequestEntryID
+	e.Tags = []string{"compute", "job"}
+	e.Metadata = map[string]any{"status": string(jd.Status)}
+	return e, nil
+}
+
+// duplicateData is the job data of a duplicate request's own job entry:
+// the original job's data with this request's ids, and the original named.
+type duplicateData struct {
+	wire.JobData
+	DuplicateOf string `json:"duplicate_of"`
+}
+
+// dupPrefix starts the job record fields that list the job's duplicate
+// requests: "dup:<request entry id>" -> the request's submitted_at.
+// Transition mirrors the job into their entries.
+const dupPrefix = "dup:"
+
+// duplicateEntry is the job entry of duplicate request dupEntryID
+// (submitted at sub) of job jd: jd's data with the duplicate's ids, and
+// duplicate_of naming jd's job.
+func duplicateEntry(jd wire.JobData, dupEntryID string, sub float64) (*blackboard.Entry, error) {
+	dd := duplicateData{JobData: jd, DuplicateOf: jd.JobID}
+	dd.JobID, dd.RequestEntryID, dd.SubmittedAt = wire.JobID(dupEntryID), dupEntryID, &sub
+	data, err := json.Marshal(dd)
+	if err != nil {
+		return nil, err
+	}
+	e := blackboard.NewEntry(wire.TopicJob, wire.SourceModule, data)
+	e.ID, e.ParentID = dd.JobID, dupEntryID
+	e.Tags = []string{"compute", "job"}
+	e.Metadata = map[string]any{"status": string(jd.Status), "duplicate_of": jd.JobID}
+	return e, nil
+}
+
+// putDuplicateEntry posts the job entry of duplicate request spec, whose
+// idempotency key maps to job j, unless one exists, and lists spec on j's
+// record so that Transition keeps the entry's status in step with j's.
+func (s *Store) putDuplicateEntry(ctx context.Context, spec AcceptSpec, j Job) error {
+	e, err := duplicateEntry(j.JobData, spec.EntryID, spec.Submitted)
+	if err != nil {
+		return err
+	}
+	if _, err := s.board.PostIfAbsent(ctx, e); err != nil {
+		return err
+	}
+	if err := s.rdb.HSet(ctx, s.keys.Job(j.JobID), dupPrefix+spec.EntryID, formatFloat(spec.Submitted)).Err(); err != nil {
+		return fmt.Errorf("jobs: list duplicate %s on job %s: %w", spec.EntryID, j.JobID, err)
+	}
+	// j changed since it was read: a transition in between did not see
+	// the duplicate listed.
+	if now, err := s.Get(ctx, j.JobID); err == nil && now.Version != j.Version {
+		s.mirrorDuplicate(ctx, now.JobData, spec.EntryID, spec.Submitted)
+	}
+	return nil
+}
+
+// mirrorDuplicates rewrites the entries of the duplicates listed in record
+// h from jd. The job has changed already: failures are logged.
+func (s *Store) mirrorDuplicates(ctx context.Context, jd wire.JobData, h map[string]string) {
+	for k, v := range h {
+		if id, ok := strings.CutPrefix(k, dupPrefix); ok {
+			sub, _ := strconv.ParseFloat(v, 64)
+			s.mirrorDuplicate(ctx, jd, id, sub)
+		}
+	}
+}
+
+func (s *Store) mirrorDuplicate(ctx context.Context, jd wire.JobData, dupEntryID string, sub float64) {
+	e, err := duplicateEntry(jd, dupEntryID, sub)
+	if err == nil {
+		err = s.board.Update(ctx, e.ID, blackboard.Update{Data: &e.Data, Metadata: &e.Metadata})
+		if errors.Is(err, blackboard.ErrNotFound) {
+			_, err = s.board.PostIfAbsent(ctx, e)
+		}
+	}
+	if err != nil {
+		s.log.Warn("duplicate's job entry not updated", "job", jd.JobID, "entry_id", dupEntryID, "err", err)
+	}
+}

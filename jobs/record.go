@@ -1,0 +1,166 @@
+package jobs
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/computeboard/computeboard/wire"
+)
+
+// Job is the durable job record P:job:<id>: the compute.job entry's data
+// plus what the broker, the scheduler and the node agents need to recover
+// after a restart. The record is the source of truth; the entry mirrors
+// its JobData after each change.
+type Job struct {
+	wire.JobData
+	Module          string       `json:"module"`           // the request's source_module
+	AcceptedAt      float64      `json:"accepted_at"`      // epoch seconds
+	UpdatedAt       float64      `json:"updated_at"`       // epoch seconds of the last change
+	CancelRequested bool         `json:"cancel_requested"` // the poster retracted the request after acceptance
+	Version         int64        `json:"version"`          // transitions so far
+	Request         wire.Request `json:"request"`          // the decoded request
+	// Handle is the provider's handle of the running task, as JSON (set
+	// by Update.Handle; not mirrored into the job entry).
+	Handle string `json:"handle,omitempty"`
+}
+
+// Update holds the record fields a transition may set; zero values are
+// left alone.
+type Update struct {
+	Node        string
+	StdoutPath  string
+	StderrPath  string
+	ExitCode    *int
+	Error       *wire.JobError
+	ReasonCode  wire.Code
+	Explanation json.RawMessage
+	// Handle is the provider's handle of the job's task, as JSON (stored
+	// as field "handle", read back as Job.Handle).
+	Handle string
+	// ExpectNode, when set, is a second condition of the compare-and-set:
+	// the record's node field must equal it, or the transition changes
+	// nothing and fails with ErrConflict (a node agent's queued → running
+	// refuses a job the scheduler has since placed elsewhere).
+	ExpectNode string
+}
+
+// recordPairs encodes the record fields of j (all but request) as HASH
+// field/value pairs; null values are omitted.
+func recordPairs(j Job) []any {
+	p := []any{
+		"job_id", j.JobID, "request_entry_id", j.RequestEntryID, "idempotency_key", j.IdempotencyKey,
+		"account", j.Account, "module", j.Module, "priority", strconv.Itoa(j.Priority),
+		"status", string(j.Status), "attempt", strconv.Itoa(j.Attempt), "version", strconv.FormatInt(j.Version, 10),
+		"accepted_at", formatFloat(j.AcceptedAt), "updated_at", formatFloat(j.UpdatedAt),
+	}
+	if j.SubmittedAt != nil {
+		p = append(p, "submitted_at", formatFloat(*j.SubmittedAt))
+	}
+	return p
+}
+
+func updatePairs(u Update) []any {
+	var p []any
+	for _, f := range []struct{ k, v string }{
+		{"node", u.Node}, {"stdout_path", u.StdoutPath}, {"stderr_path", u.StderrPath}, {"reason_code", string(u.ReasonCode)},
+		{"handle", u.Handle},
+	} {
+		if f.v != "" {
+			p = append(p, f.k, f.v)
+		}
+	}
+	if u.ExitCode != nil {
+		p = append(p, "exit_code", strconv.Itoa(*u.ExitCode))
+	}
+	if u.Error != nil {
+		b, _ := json.Marshal(u.Error)
+		p = append(p, "error", string(b))
+	}
+	if len(u.Explanation) > 0 {
+		p = append(p, "explanation", string(u.Explanation))
+	}
+	return p
+}
+
+// decodeRecord reads a job record HASH.
+func decodeRecord(h map[string]string) (Job, error) {
+	var j Job
+	var errs []error
+	num := func(k string, dst *int) {
+		if s, ok := h[k]; ok {
+			n, err := strconv.Atoi(s)
+			errs = append(errs, err)
+			*dst = n
+		}
+	}
+	flt := func(k string) *float64 {
+		s, ok := h[k]
+		if !ok {
+			return nil
+		}
+		f, err := strconv.ParseFloat(s, 64)
+		errs = append(errs, err)
+		return &f
+	}
+	j.JobID, j.RequestEntryID, j.IdempotencyKey = h["job_id"], h["request_entry_id"], h["idempotency_key"]
+	j.Account, j.Module, j.Status = h["account"], h["module"], wire.JobStatus(h["status"])
+	j.Node, j.StdoutPath, j.StderrPath, j.ReasonCode = h["node"], h["stdout_path"], h["stderr_path"], wire.Code(h["reason_code"])
+	j.Handle = h["handle"]
+	num("priority", &j.Priority)
+	num("attempt", &j.Attempt)
+	var v int
+	num("version", &v)
+	j.Version = int64(v)
+	if _, ok := h["exit_code"]; ok {
+		var c int
+		num("exit_code", &c)
+		j.ExitCode = &c
+	}
+	j.SubmittedAt, j.StartedAt, j.FinishedAt = flt("submitted_at"), flt("started_at"), flt("finished_at")
+	if f := flt("accepted_at"); f != nil {
+		j.AcceptedAt = *f
+	}
+	if f := flt("updated_at"); f != nil {
+		j.UpdatedAt = *f
+	}
+	if s, ok := h["error"]; ok {
+		j.Error = new(wire.JobError)
+		errs = append(errs, json.Unmarshal([]byte(s), j.Error))
+	}
+	if s, ok := h["explanation"]; ok {
+		j.Explanation = json.RawMessage(s)
+	}
+	if s, ok := h["request"]; ok {
+		errs = append(errs, json.Unmarshal([]byte(s), &j.Request))
+	}
+	j.CancelRequested = h["cancel_requested"] == "1"
+	if j.JobID == "" || !j.Status.Valid() {
+		errs = append(errs, fmt.Errorf("job record without id or valid status"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Job{}, fmt.Errorf("decode job record: %w", err)
+	}
+	return j, nil
+}
+
+// pairs reads a script's {field, value, ...} reply as a map.
+func pairs(v any) map[string]string {
+	a, _ := v.([]any)
+	m := make(map[string]string, len(a)/2)
+	for i := 0; i+1 < len(a); i += 2 {
+		k, _ := a[i].(string)
+		m[k], _ = a[i+1].(string)
+	}
+	return m
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func formatFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }

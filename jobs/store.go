@@ -1,0 +1,224 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/computeboard/computeboard/blackboard"
+)
+
+// Store reads and writes the job records of one board. It is safe for
+// concurrent use; Fenced returns views of it that share its config.
+type Store struct {
+	rdb   redis.UniversalClient
+	board *blackboard.Store // job entries and events
+	keys  blackboard.Keys
+	cfg   Config
+	log   *slog.Logger
+	fence Fence    // the zero Fence: unfenced
+	stats *counter // shared by every view
+}
+
+type counter struct{ cancelledAtStart atomic.Int64 }
+
+// Fence is what a fenced writer's accepts and transitions carry: the key
+// holding the current fencing epoch (blackboard.Keys.PoolEpoch(): it must
+// be a key of the same board, so that scripts stay in one Cluster slot)
+// and the epoch the writer was elected with. The zero Fence (Key "") means
+// unfenced.
+type Fence struct {
+	Key   string
+	Epoch int64
+}
+
+// New returns a Store for the board of store on rdb.
+func New(rdb redis.UniversalClient, store *blackboard.Store, cfg Config) (*Store, error) {
+	if rdb == nil || store == nil {
+		return nil, errors.New("jobs: new: nil redis client or store")
+	}
+	cfg.fill()
+	return &Store{rdb: rdb, board: store, keys: store.Keys(), cfg: cfg,
+		log: cfg.Logger.With("component", "jobs"), stats: &counter{}}, nil
+}
+
+// Fenced returns a view of s whose accepts (Accept, AcceptBatch) and
+// transitions (Transition, and the cancellation ConsumeAccepted may make)
+// first check, in the same Lua step, that f.Key holds f.Epoch; when it
+// holds anything else (or nothing) they change nothing and fail with
+// ErrFenced. Reads, the job entries (a copy of the record), the duplicate
+// listing and MarkCancelRequested (a flag any broker may set) are not
+// fenced. A zero f returns an unfenced view.
+func (s *Store) Fenced(f Fence) *Store {
+	v := *s
+	v.fence = f
+	return &v
+}
+
+// Fence returns the fence of this view (zero: unfenced).
+func (s *Store) Fence() Fence { return s.fence }
+
+// fenceKeys returns the extra KEYS entry and the epoch argument of a
+// fenced script call: none and "" for an unfenced view.
+func (s *Store) fenceKeys() ([]string, string, error) {
+	if s.fence.Key == "" {
+		return nil, "", nil
+	}
+	if !strings.HasPrefix(s.fence.Key, s.keys.Prefix()+":") {
+		return nil, "", fmt.Errorf("fence key %q is not a key of board %s", s.fence.Key, s.keys.Prefix())
+	}
+	return []string{s.fence.Key}, strconv.FormatInt(s.fence.Epoch, 10), nil
+}
+
+// fencedErr is ErrFenced for a script's reply holding the fence key's
+// current value.
+func (s *Store) fencedErr(cur any) error {
+	c, _ := cur.(string)
+	if c == "" {
+		c = "none"
+	}
+	return fmt.Errorf("%w: epoch %d is not the current epoch (%s holds %s)", ErrFenced, s.fence.Epoch, s.fence.Key, c)
+}
+
+// Stats counts what this Store (and its views) did since New.
+type Stats struct {
+	// CancelledAtStart counts starts (queued → running) that found the
+	// request withdrawn and cancelled the job instead (ErrWithdrawn).
+	CancelledAtStart int64
+}
+
+// Stats returns the counts so far.
+func (s *Store) Stats() Stats {
+	return Stats{CancelledAtStart: s.stats.cancelledAtStart.Load()}
+}
+
+// Get reads one job record; ErrNotFound if there is none.
+func (s *Store) Get(ctx context.Context, jobID string) (Job, error) {
+	h, err := s.rdb.HGetAll(ctx, s.keys.Job(jobID)).Result()
+	if err != nil {
+		return Job{}, fmt.Errorf("jobs: get %s: %w", jobID, err)
+	}
+	return jobFromHash(jobID, h)
+}
+
+// jobFromHash decodes the record HASH h of jobID, as Get returns it.
+func jobFromHash(jobID string, h map[string]string) (Job, error) {
+	if len(h) == 0 {
+		return Job{}, fmt.Errorf("jobs: get %s: %w", jobID, ErrNotFound)
+	}
+	j, err := decodeRecord(h)
+	if err != nil {
+		return Job{}, fmt.Errorf("jobs: get %s: %w", jobID, err)
+	}
+	return j, nil
+}
+
+// Exists reports whether job jobID has a record.
+func (s *Store) Exists(ctx context.Context, jobID string) (bool, error) {
+	n, err := s.rdb.Exists(ctx, s.keys.Job(jobID)).Result()
+	if err != nil {
+		return false, fmt.Errorf("jobs: look up %s: %w", jobID, err)
+	}
+	return n > 0, nil
+}
+
+// ListActive returns every job not yet in a terminal status, oldest
+// acceptance first: what an adapter reloads after a restart.
+func (s *Store) ListActive(ctx context.Context) ([]Job, error) {
+	ids, err := s.rdb.ZRange(ctx, s.keys.JobsActive(), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobs: list active: %w", err)
+	}
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HGetAll(ctx, s.keys.Job(id))
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("jobs: list active: %w", err)
+	}
+	out := make([]Job, 0, len(ids))
+	for i, c := range cmds {
+		if len(c.Val()) == 0 {
+			continue // removed by hand
+		}
+		j, err := decodeRecord(c.Val())
+		if err != nil {
+			return nil, fmt.Errorf("jobs: list active: %s: %w", ids[i], err)
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+// JobForKey returns the id of the job that idempotency key key of source
+// module maps to (on a board from before per-module keys, the key may be
+// in the old board-wide HASH), or ErrNotFound when none does.
+func (s *Store) JobForKey(ctx context.Context, module, key string) (string, error) {
+	id, err := s.rdb.Get(ctx, s.keys.JobIdem(module, key)).Result()
+	if errors.Is(err, redis.Nil) {
+		id, err = s.rdb.HGet(ctx, s.keys.JobsIdem(), key).Result()
+	}
+	switch {
+	case errors.Is(err, redis.Nil):
+		return "", fmt.Errorf("jobs: key %q of %s: %w", key, module, ErrNotFound)
+	case err != nil:
+		return "", fmt.Errorf("jobs: key %q of %s: %w", key, module, err)
+	}
+	return id, nil
+}
+
+// MarkCancelRequested flags an accepted, unfinished job whose request was
+// retracted (a later start cancels it instead: see Transition); false if
+// there is no such job.
+func (s *Store) MarkCancelRequested(ctx context.Context, jobID string) (bool, error) {
+	j, err := s.Get(ctx, jobID)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if j.Status.Terminal() {
+		return false, nil
+	}
+	if err := s.rdb.HSet(ctx, s.keys.Job(jobID), "cancel_requested", "1").Err(); err != nil {
+		return false, fmt.Errorf("jobs: mark cancel %s: %w", jobID, err)
+	}
+	return true, nil
+}
+
+// SaveEngineState stores the scheduling engine's checkpoint b (engine.State
+// as JSON) under name (the adapter's node), replacing the last one.
+func (s *Store) SaveEngineState(ctx context.Context, name string, b []byte) error {
+	if err := s.rdb.HSet(ctx, s.keys.EngineState(), name, b).Err(); err != nil {
+		return fmt.Errorf("jobs: save engine state %s: %w", name, err)
+	}
+	return nil
+}
+
+// LoadEngineState returns the engine checkpoint saved under name, or nil
+// (and no error) when there is none.
+func (s *Store) LoadEngineState(ctx context.Context, name string) ([]byte, error) {
+	b, err := s.rdb.HGet(ctx, s.keys.EngineState(), name).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jobs: load engine state %s: %w", name, err)
+	}
+	return b, nil
+}
+
+// now is the Clock's time in epoch seconds.
+func (s *Store) now() float64 { return epoch(s.cfg.Clock.Now()) }
+
+func epoch(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }

@@ -1,0 +1,104 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/computeboard/computeboard/wire"
+)
+
+// transition.lua's reply codes.
+const (
+	transFenced    = -2 // {-2, epoch}: the fence key holds another epoch
+	transNotFound  = -1 // {-1}: no such job
+	transConflict  = 0  // {0, status}: the job is not in the expected status
+	transDone      = 1  // {1, record}
+	transWithdrawn = 2  // {2, record}: a start cancelled the job instead
+	transNode      = 3  // {3, node}: the record names another node than Update.ExpectNode
+)
+
+// Transition moves job jobID from status from to status to, atomically
+// (compare-and-set: of two adapters moving the same job queued → running,
+// one gets ErrConflict; with u.ExpectNode the record must also name that
+// node), sets u's fields and the timestamps (started_at and attempt+1 when
+// the job starts, that is moves to running from another status;
+// finished_at on a terminal status), then mirrors the record into the
+// job's compute.job entry and its duplicates' entries, and raises
+// compute.job.finished when the job ends.
+//
+// A start (queued → running) whose request entry is retracted or
+// superseded, or whose record has cancel_requested, cancels the job in the
+// same step instead and fails with ErrWithdrawn. A job that ends leaves
+// P:jobs:active; its record and idempotency key expire after
+// Config.Retention. ErrNotFound: no such job. ErrFenced: this Fenced
+// view's writer was deposed. A refused transition changes nothing.
+func (s *Store) Transition(ctx context.Context, jobID string, from, to wire.JobStatus, u Update) (Job, error) {
+	if !from.Valid() || !to.Valid() {
+		return Job{}, fmt.Errorf("jobs: transition %s: invalid status %q → %q", jobID, from, to)
+	}
+	fkeys, fepoch, err := s.fenceKeys()
+	if err != nil {
+		return Job{}, fmt.Errorf("jobs: transition %s: %w", jobID, err)
+	}
+	now := formatFloat(s.now())
+	start := to == wire.JobRunning && from != wire.JobRunning
+	fields := []any{"updated_at", now}
+	if start {
+		fields = append(fields, "started_at", now)
+	}
+	if to.Terminal() {
+		fields = append(fields, "finished_at", now)
+	}
+	fields = append(fields, updatePairs(u)...)
+	// The script builds the request entry's and the idempotency key's names
+	// from the record (same board, same hash slot): a start checks the
+	// request was not withdrawn, an end sets the retention of both.
+	keys := append([]string{s.keys.Job(jobID), s.keys.JobsActive(), s.keys.Entry(""), s.keys.JobIdemPrefix()}, fkeys...)
+	keep := "-1"
+	if s.cfg.Retention >= 0 {
+		keep = strconv.FormatInt(s.cfg.Retention.Milliseconds(), 10)
+	}
+	args := append([]any{jobID, string(from), string(to), flag(to.Terminal()), flag(start), keep, now, fepoch, u.ExpectNode},
+		fields...)
+	res, err := scriptTransition.Run(ctx, s.rdb, keys, args...).Slice()
+	if err != nil {
+		return Job{}, fmt.Errorf("jobs: transition %s: %w", jobID, err)
+	}
+	var v any
+	if len(res) > 1 {
+		v = res[1]
+	}
+	switch code, _ := res[0].(int64); code {
+	case transFenced:
+		return Job{}, fmt.Errorf("jobs: transition %s %s → %s: %w", jobID, from, to, s.fencedErr(v))
+	case transNotFound:
+		return Job{}, fmt.Errorf("jobs: transition %s: %w", jobID, ErrNotFound)
+	case transConflict:
+		return Job{}, fmt.Errorf("jobs: transition %s %s → %s: %w: status is %v", jobID, from, to, ErrConflict, v)
+	case transNode:
+		return Job{}, fmt.Errorf("jobs: transition %s %s → %s: %w: node is %q, not %q", jobID, from, to, ErrConflict, v, u.ExpectNode)
+	case transWithdrawn:
+		j, err := decodeRecord(pairs(v))
+		if err == nil {
+			err = s.updateJobEntry(ctx, j.JobData)
+		}
+		if err != nil {
+			return Job{}, fmt.Errorf("jobs: transition %s: cancelled at start: %w", jobID, err)
+		}
+		s.EmitFinished(ctx, j.JobData)
+		s.stats.cancelledAtStart.Add(1)
+		return Job{}, fmt.Errorf("jobs: transition %s %s → %s: %w", jobID, from, to, ErrWithdrawn)
+	}
+	h := pairs(v)
+	j, err := decodeRecord(h)
+	if err != nil {
+		return Job{}, fmt.Errorf("jobs: transition %s: %w", jobID, err)
+	}
+	if err := s.updateJobEntry(ctx, j.JobData); err != nil {
+		return j, fmt.Errorf("jobs: transition %s: record changed, entry not updated: %w", jobID, err)
+	}
+	s.mirrorDuplicates(ctx, j.JobData, h)
+	s.EmitFinished(ctx, j.JobData)
+	return j, nil
+}

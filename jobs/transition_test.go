@@ -1,0 +1,261 @@
+package jobs
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/wire"
+)
+
+// TestTransition: queued → running succeeds once; the record keeps the
+// timestamps, the attempt and the version; a terminal job leaves the
+// active set; the job entry mirrors the record. (Moved from the broker's
+// TestAcceptAndTransition, whose acceptance half stays there.)
+func TestTransition(t *testing.T) {
+	bd := newBoard(t)
+	s := bd.jobs
+	ctx := t.Context()
+	spec := bd.post(t, "planner", `{"command":["echo","hi"],"priority":7,"name":"n1"}`)
+	id := spec.EntryID
+	j, created := bd.accept(t, s, spec)
+	if !created || j.JobID != wire.JobID(id) || j.Status != wire.JobQueued || j.Request.Name != "n1" {
+		t.Fatalf("job %+v created %v", j, created)
+	}
+	if st := bd.entryStatus(t, id); st != blackboard.StatusConsumed {
+		t.Errorf("request entry %s, want consumed", st)
+	}
+	if jd, ok := bd.jobEntry(t, id); !ok || jd.Status != wire.JobQueued || jd.Account != "planner" || jd.Priority != 7 {
+		t.Errorf("job entry %+v %v", jd, ok)
+	}
+
+	// queued → running succeeds once.
+	if _, err := s.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, Update{Node: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, Update{}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("second queued→running: %v, want ErrConflict", err)
+	}
+	if _, err := s.Transition(ctx, "nope", wire.JobQueued, wire.JobRunning, Update{}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown job: %v", err)
+	}
+	active, err := s.ListActive(ctx)
+	if err != nil || len(active) != 1 || active[0].Status != wire.JobRunning || active[0].Attempt != 1 {
+		t.Fatalf("ListActive = %+v, %v", active, err)
+	}
+	code := 0
+	j, err = s.Transition(ctx, j.JobID, wire.JobRunning, wire.JobSucceeded, Update{ExitCode: &code})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.FinishedAt == nil || j.StartedAt == nil || *j.ExitCode != 0 || j.Node != "n1" || j.Version != 2 {
+		t.Errorf("final record %+v", j)
+	}
+	if active, _ := s.ListActive(ctx); len(active) != 0 {
+		t.Errorf("terminal job still active: %+v", active)
+	}
+	jd, _ := bd.jobEntry(t, id)
+	if string(jd.Explanation) == "null" {
+		jd.Explanation = nil
+	}
+	want := j.JobData
+	if diff := cmp.Diff(want, jd, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("job entry does not mirror the record (-want +got):\n%s", diff)
+	}
+	if got, err := s.Get(ctx, j.JobID); err != nil || got.Version != 2 || got.Status != wire.JobSucceeded {
+		t.Errorf("Get = %+v, %v", got, err)
+	}
+	if _, err := s.Get(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get of an unknown job: %v, want ErrNotFound", err)
+	}
+	if _, err := s.Transition(ctx, j.JobID, "bogus", wire.JobRunning, Update{}); err == nil {
+		t.Error("a transition from an invalid status succeeded")
+	}
+}
+
+// TestTransitionExpectNode: with Update.ExpectNode the compare-and-set
+// also needs the record's node: a job placed on another node is refused
+// (ErrConflict) and left as it was.
+func TestTransitionExpectNode(t *testing.T) {
+	bd := newBoard(t)
+	s := bd.jobs
+	ctx := t.Context()
+	j, _ := bd.accept(t, s, bd.post(t, "m", okData))
+	// Placed on n1 (what the scheduler's assignment writes), still queued.
+	if _, err := s.Transition(ctx, j.JobID, wire.JobQueued, wire.JobQueued, Update{Node: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.Get(ctx, j.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, Update{ExpectNode: "n2"}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("start expecting another node: %v, want ErrConflict", err)
+	}
+	if after, _ := s.Get(ctx, j.JobID); !cmp.Equal(before, after) {
+		t.Errorf("a refused transition changed the record (-before +after):\n%s", cmp.Diff(before, after))
+	}
+	got, err := s.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, Update{ExpectNode: "n1"})
+	if err != nil {
+		t.Fatalf("start expecting its node: %v", err)
+	}
+	if got.Status != wire.JobRunning || got.Node != "n1" || got.Attempt != 1 {
+		t.Errorf("record %+v", got)
+	}
+	// A record without a node matches no expected node.
+	j2, _ := bd.accept(t, s, bd.post(t, "m", okData))
+	if _, err := s.Transition(ctx, j2.JobID, wire.JobQueued, wire.JobRunning, Update{ExpectNode: "n1"}); !errors.Is(err, ErrConflict) {
+		t.Errorf("unplaced job: %v, want ErrConflict", err)
+	}
+}
+
+// TestTransitionHandle: Update.Handle is stored on the record (field
+// "handle", Job.Handle) and not in the job entry; a running → running
+// transition sets it without counting a new start.
+func TestTransitionHandle(t *testing.T) {
+	bd := newBoard(t)
+	s := bd.jobs
+	ctx := t.Context()
+	spec := bd.post(t, "m", okData)
+	j, _ := bd.accept(t, s, spec)
+	if _, err := s.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, Update{Node: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	const h = `{"provider":"local","id":"t1"}`
+	got, err := s.Transition(ctx, j.JobID, wire.JobRunning, wire.JobRunning, Update{Handle: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Handle != h || got.Attempt != 1 || got.Version != 2 {
+		t.Errorf("record %+v, want handle %s, attempt 1, version 2", got, h)
+	}
+	if raw, _ := bd.rdb.HGet(ctx, bd.keys.Job(j.JobID), "handle").Result(); raw != h {
+		t.Errorf("field handle = %q", raw)
+	}
+	if r, _ := s.Get(ctx, j.JobID); r.Handle != h {
+		t.Errorf("Get: handle %q", r.Handle)
+	}
+	e, err := bd.store.Get(ctx, j.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var data map[string]any
+	if err := json.Unmarshal(e.Data, &data); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := data["handle"]; ok {
+		t.Errorf("the job entry holds the handle: %v", data)
+	}
+}
+
+// TestStartWithdrawn: a start (queued → running) of a job whose request
+// was retracted, or whose record has cancel_requested, cancels the job in
+// the same step: ErrWithdrawn (also an ErrConflict), the record and the
+// entry cancelled, compute.job.finished raised, and Stats counts it.
+func TestStartWithdrawn(t *testing.T) {
+	tests := map[string]func(t *testing.T, bd *board, spec AcceptSpec){
+		"request retracted": func(t *testing.T, bd *board, spec AcceptSpec) {
+			if err := bd.rdb.HSet(t.Context(), bd.keys.Entry(spec.EntryID), "status", "retracted").Err(); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"cancel requested": func(t *testing.T, bd *board, spec AcceptSpec) {
+			if ok, err := bd.jobs.MarkCancelRequested(t.Context(), spec.JobID); err != nil || !ok {
+				t.Fatalf("MarkCancelRequested = %v, %v", ok, err)
+			}
+		},
+	}
+	for name, withdraw := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			bd := newBoard(t)
+			s := bd.jobs
+			ctx := t.Context()
+			spec := bd.post(t, "m", okData)
+			j, _ := bd.accept(t, s, spec)
+			withdraw(t, bd, spec)
+			_, err := s.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, Update{Node: "n1"})
+			if !errors.Is(err, ErrWithdrawn) || !errors.Is(err, ErrConflict) {
+				t.Fatalf("start: %v, want ErrWithdrawn", err)
+			}
+			rec, err := s.Get(ctx, j.JobID)
+			if err != nil || rec.Status != wire.JobCancelled || rec.Error == nil || rec.Error.Code != "cancelled" || rec.FinishedAt == nil {
+				t.Errorf("record %+v, %v", rec, err)
+			}
+			if jd, _ := bd.jobEntry(t, spec.EntryID); jd.Status != wire.JobCancelled {
+				t.Errorf("job entry %+v", jd)
+			}
+			if p := bd.finishedEvents(t)[j.JobID]; p == nil || p["status"] != "cancelled" {
+				t.Errorf("finished event %v", p)
+			}
+			if active, _ := s.ListActive(ctx); len(active) != 0 {
+				t.Errorf("still active: %+v", active)
+			}
+			if n := s.Stats().CancelledAtStart; n != 1 {
+				t.Errorf("Stats().CancelledAtStart = %d, want 1", n)
+			}
+			if ok, err := s.MarkCancelRequested(ctx, j.JobID); ok || err != nil {
+				t.Errorf("MarkCancelRequested of an ended job = %v, %v", ok, err)
+			}
+		})
+	}
+}
+
+// TestJobFinishedOnTransition: a transition to a terminal status raises
+// one compute.job.finished naming the job, its status, its request and its
+// exit and error codes; other transitions raise none.
+func TestJobFinishedOnTransition(t *testing.T) {
+	bd := newBoard(t)
+	s := bd.jobs
+	ctx := t.Context()
+	spec := bd.post(t, "m", okData)
+	j, _ := bd.accept(t, s, spec)
+	if _, err := s.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, Update{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := bd.finishedEvents(t); len(got) != 0 {
+		t.Fatalf("events before the end: %v", got)
+	}
+	three := 3
+	if _, err := s.Transition(ctx, j.JobID, wire.JobRunning, wire.JobFailed, Update{ExitCode: &three,
+		Error: &wire.JobError{Code: "exit_status", Message: "exit 3"}}); err != nil {
+		t.Fatal(err)
+	}
+	got := bd.finishedEvents(t)
+	if p := got[j.JobID]; p == nil || p["status"] != "failed" || p["request_entry_id"] != spec.EntryID ||
+		p["exit_code"] != 3.0 || p["error_code"] != "exit_status" {
+		t.Errorf("failed job's event %v", p)
+	}
+	if len(got) != 1 {
+		t.Errorf("%d finished events, want 1: %v", len(got), got)
+	}
+}
+
+// TestEngineState: the engine checkpoint is saved per name and read back;
+// a name with none reads as nil without an error.
+func TestEngineState(t *testing.T) {
+	bd := newBoard(t)
+	s := bd.jobs
+	ctx := t.Context()
+	if b, err := s.LoadEngineState(ctx, "n1"); b != nil || err != nil {
+		t.Fatalf("LoadEngineState before any save = %q, %v; want nil, nil", b, err)
+	}
+	for _, v := range []string{`{"version":1}`, `{"version":1,"last_now":"x"}`} {
+		if err := s.SaveEngineState(ctx, "n1", []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := s.LoadEngineState(ctx, "n1"); string(b) != v || err != nil {
+			t.Errorf("LoadEngineState = %q, %v; want %s", b, err, v)
+		}
+	}
+	if b, err := s.LoadEngineState(ctx, "n2"); b != nil || err != nil {
+		t.Errorf("another node's state = %q, %v", b, err)
+	}
+	if n, _ := bd.rdb.HLen(ctx, bd.keys.EngineState()).Result(); n != 1 {
+		t.Errorf("%s holds %d fields, want 1", bd.keys.EngineState(), n)
+	}
+}
