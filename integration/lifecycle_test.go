@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/dispatch"
 	"github.com/computeboard/computeboard/internal/adapter"
 	"github.com/computeboard/computeboard/internal/redistest"
 	"github.com/computeboard/computeboard/wire"
@@ -111,7 +112,7 @@ func TestPendingJobIsExplained(t *testing.T) {
 	waitStatus(t, st, long, wire.JobRunning)
 	waiting := postData(t, st, "critic", `{"template":"sleep","arguments":["1"],"priority":7}`, nil)
 
-	var ex adapter.Explained
+	var ex dispatch.Explained
 	eventually(t, 30*time.Second, "an explanation on the job entry", func() bool {
 		jd, ok := jobData(t, st, waiting)
 		if !ok || len(jd.Explanation) == 0 || string(jd.Explanation) == "null" {
@@ -447,7 +448,7 @@ func TestAccountQuota(t *testing.T) {
 	second := postData(t, st, "planner", `{"template":"sleep","arguments":["30"]}`, nil)
 	other := postData(t, st, "critic", `{"template":"sleep","arguments":["1"]}`, nil)
 	waitStatus(t, st, other, wire.JobSucceeded) // the node had room
-	var ex adapter.Explained
+	var ex dispatch.Explained
 	eventually(t, 30*time.Second, "a quota explanation", func() bool {
 		jd, ok := jobData(t, st, second)
 		return ok && jd.Status == wire.JobQueued && len(jd.Explanation) > 0 &&

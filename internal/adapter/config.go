@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/computeboard/computeboard/engine"
+	"github.com/computeboard/computeboard/inventory"
 )
 
 // Config is the adapter's YAML configuration. Every field has a useful
@@ -43,9 +44,15 @@ type Config struct {
 	OperatorTokenEnv string `yaml:"operator_token_env"`
 	// WorkDir holds job output (default .run/jobs next to the config).
 	WorkDir string `yaml:"work_dir"`
-	// Consumer names this adapter in the broker's consumer group (default
-	// hostname-pid).
+	// Consumer names the scheduler in the broker's consumer group (default
+	// "scheduler"). Every scheduler candidate of a board should use the
+	// same name: a newly elected scheduler then reads the unacknowledged
+	// intake of the one before it at once.
 	Consumer string `yaml:"consumer"`
+	// Role is what this adapter does in the pool: "agent" (runs its
+	// node's jobs), "scheduler" (a scheduler candidate: intake, engine,
+	// inbox API) or "both" (the default).
+	Role string `yaml:"role"`
 
 	// Templates are operator-approved commands, by name.
 	Templates map[string]Template `yaml:"templates"`
@@ -78,8 +85,11 @@ type Config struct {
 	// MaxOutputMB caps each job's stdout and stderr files (default 64).
 	MaxOutputMB int `yaml:"max_output_mb"`
 
-	Node      NodeConfig      `yaml:"node"`
-	Scheduler SchedulerConfig `yaml:"scheduler"`
+	// Node describes this adapter's node (zero values are discovered;
+	// GPUs through NVML, or declared by hand).
+	Node      inventory.Config `yaml:"node"`
+	Pool      PoolConfig       `yaml:"pool"`
+	Scheduler SchedulerConfig  `yaml:"scheduler"`
 	Telemetry TelemetryConfig `yaml:"telemetry"`
 	Broker    BrokerConfig    `yaml:"broker"`
 	// Accounts sets fair-share shares (default: one account per module,
@@ -113,32 +123,51 @@ type Template struct {
 	RunAs string `yaml:"run_as"`
 	// Timeout caps the run time (default 1h; a request may ask for less).
 	Timeout Duration `yaml:"timeout"`
+	// RequeueLost runs a job again when its node is lost with it running
+	// (at least once: the first run may still be going on there). Off by
+	// default: such jobs end failed with reason lost.
+	RequeueLost bool `yaml:"requeue_lost"`
 
 	argRE *regexp.Regexp
 }
 
-// NodeConfig sizes the local node. Zero values are discovered.
-type NodeConfig struct {
-	// Name is the node's name (default: the hostname). Two adapters on one
-	// machine need distinct names.
-	Name     string            `yaml:"name"`
-	CPUCores float64           `yaml:"cpu_cores"`
-	MemoryGB float64           `yaml:"memory_gb"`
-	Labels   map[string]string `yaml:"labels"`
-	// StorageGB of scratch space offered to jobs, on StorageTier (default
-	// 0: requests for storage are impossible here; tier default "ssd").
-	StorageGB   float64 `yaml:"storage_gb"`
-	StorageTier string  `yaml:"storage_tier"`
-	// NetworkMbps offered to jobs (default 0: bandwidth requests are
-	// impossible here).
-	NetworkMbps float64 `yaml:"network_mbps"`
+// PoolConfig tunes the pool: the scheduler lease, heartbeats, node
+// health, declared node classes and fake nodes.
+type PoolConfig struct {
+	// LeaseTime is the scheduler lease: a standby takes over within it
+	// after the scheduler dies (default 10s).
+	LeaseTime Duration `yaml:"lease_time"`
+	// Heartbeat is how often an agent renews its nodes (default 2s).
+	Heartbeat Duration `yaml:"heartbeat"`
+	// NodeUnhealthy: a node silent this long gets no new work, and its
+	// assigned but unstarted jobs are placed elsewhere (default 3
+	// heartbeats). After scheduler.node_timeout its running jobs end lost.
+	NodeUnhealthy Duration `yaml:"node_unhealthy"`
+	// AdvertiseURL is this adapter's HTTP API as the other adapters reach
+	// it (default: http:// and the listen address); non-scheduler adapters
+	// forward scheduler API calls there.
+	AdvertiseURL string `yaml:"advertise_url"`
+	// NodeClasses are node shapes the pool may have (node sections): a
+	// request that fits neither a registered node nor a class is rejected
+	// impossible_request; one that fits a class waits for such a node.
+	NodeClasses []inventory.Config `yaml:"node_classes"`
+	// FakeNodes makes this adapter's agent serve virtual nodes instead of
+	// its machine (also --fake-nodes N): nothing runs; each task ends after
+	// its estimated duration. For load tests, demos and benchmarks.
+	FakeNodes FakeNodesConfig `yaml:"fake_nodes"`
 }
 
-func (n NodeConfig) storageTier() string {
-	if n.StorageTier == "" {
-		return "ssd"
-	}
-	return n.StorageTier
+// FakeNodesConfig shapes the fake nodes.
+type FakeNodesConfig struct {
+	// Count of fake nodes (default 0: serve the real machine).
+	Count int `yaml:"count"`
+	// Prefix of their names: <prefix>-0001, … (default "fake").
+	Prefix string `yaml:"prefix"`
+	// Node is each fake node's shape: cpu_cores and memory_gb (default 8
+	// and 32), labels, gpus with mig instances, storage, network_mbps.
+	Node inventory.Config `yaml:"node"`
+	// Duration of a task that states no estimated duration (default 1s).
+	Duration Duration `yaml:"duration"`
 }
 
 // SchedulerConfig tunes the engine loop.
@@ -160,10 +189,11 @@ type SchedulerConfig struct {
 	// the inbox fills, and the broker stops reading Redis: backpressure
 	// all the way to the intake lanes, where requests wait safely.
 	MaxPending int `yaml:"max_pending"`
-	// NodeTimeout is how long another adapter's node may be silent (no
-	// heartbeat) before its running jobs are ended as lost (default 5m).
-	// Its queued jobs are adopted after 30 s of silence (or NodeTimeout if
-	// shorter). Heartbeats go out every 5 s (or NodeTimeout/3).
+	// NodeTimeout is how long a node may be silent (no heartbeat) before
+	// its running jobs end lost (default 5m): they are not run again, as
+	// the process may live on there, unless their template says
+	// requeue_lost (at least once). When the node comes back, the true
+	// outcome replaces lost.
 	NodeTimeout Duration `yaml:"node_timeout"`
 	// GangTimeout is how long a gang may wait for its missing members
 	// after its first member was accepted; then its members fail with
@@ -364,8 +394,17 @@ func (c *Config) fill(getenv func(string) string) error {
 		c.WorkDir = filepath.Join(c.dir, c.WorkDir)
 	}
 	if c.Consumer == "" {
-		h, _ := os.Hostname()
-		c.Consumer = fmt.Sprintf("%s-%d", h, os.Getpid())
+		c.Consumer = "scheduler"
+	}
+	switch c.Role {
+	case "":
+		c.Role = RoleBoth
+	case RoleAgent, RoleScheduler, RoleBoth:
+	default:
+		return fmt.Errorf("role %q: want agent, scheduler or both", c.Role)
+	}
+	if err := c.fillPool(); err != nil {
+		return err
 	}
 	if c.Scheduler.Interval == 0 {
 		c.Scheduler.Interval = Duration(200 * time.Millisecond)
@@ -513,4 +552,70 @@ func (c *Config) allowlistPaths() []string {
 		out[i] = a.Path
 	}
 	return out
+}
+
+// The roles of an adapter in the pool.
+const (
+	RoleAgent     = "agent"
+	RoleScheduler = "scheduler"
+	RoleBoth      = "both"
+)
+
+func (c *Config) runsAgent() bool     { return c.Role == RoleAgent || c.Role == RoleBoth }
+func (c *Config) runsScheduler() bool { return c.Role == RoleScheduler || c.Role == RoleBoth }
+
+func (c *Config) fillPool() error {
+	p := &c.Pool
+	if p.LeaseTime == 0 {
+		p.LeaseTime = Duration(10 * time.Second)
+	}
+	if p.LeaseTime.D() < 300*time.Millisecond {
+		return fmt.Errorf("pool.lease_time %v: want at least 300ms", p.LeaseTime.D())
+	}
+	if p.Heartbeat == 0 {
+		p.Heartbeat = Duration(2 * time.Second)
+	}
+	if p.NodeUnhealthy == 0 {
+		p.NodeUnhealthy = Duration(3 * p.Heartbeat.D())
+	}
+	if p.NodeUnhealthy.D() <= p.Heartbeat.D() {
+		return fmt.Errorf("pool.node_unhealthy %v: want more than pool.heartbeat %v", p.NodeUnhealthy.D(), p.Heartbeat.D())
+	}
+	if err := c.Node.Validate(); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	for i := range p.NodeClasses {
+		if err := p.NodeClasses[i].Validate(); err != nil {
+			return fmt.Errorf("pool.node_classes[%d]: %w", i, err)
+		}
+	}
+	f := &p.FakeNodes
+	if f.Count < 0 {
+		return fmt.Errorf("pool.fake_nodes.count %d: want 0 or more", f.Count)
+	}
+	if f.Prefix == "" {
+		f.Prefix = "fake"
+	}
+	if f.Node.CPUCores == 0 {
+		f.Node.CPUCores = 8
+	}
+	if f.Node.MemoryGB == 0 {
+		f.Node.MemoryGB = 32
+	}
+	f.Node.GPUDiscovery = inventory.DiscoverOff
+	if err := f.Node.Validate(); err != nil {
+		return fmt.Errorf("pool.fake_nodes.node: %w", err)
+	}
+	if f.Duration == 0 {
+		f.Duration = Duration(time.Second)
+	}
+	return nil
+}
+
+// storageTier is the tier of storage requests that name none.
+func (c *Config) storageTier() string {
+	if c.Node.StorageTier != "" {
+		return c.Node.StorageTier
+	}
+	return "ssd"
 }

@@ -5,11 +5,13 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/computeboard/computeboard/inventory"
 )
 
 // configKeys lists the YAML keys of t, dotted: a map of structs adds
-// ".<name>.", a list of structs "[].". Durations and resource amounts are
-// leaves.
+// ".<name>.", a list of structs "[].". Durations, resource amounts and
+// node sections other than `node` itself are leaves.
 func configKeys(prefix string, t reflect.Type) []string {
 	var out []string
 	for f := range t.Fields() {
@@ -20,6 +22,10 @@ func configKeys(prefix string, t reflect.Type) []string {
 		key, ft := prefix+name, f.Type
 		switch {
 		case ft == reflect.TypeFor[Duration]() || ft == reflect.TypeFor[AmountConfig]():
+			out = append(out, key)
+		case ft == reflect.TypeFor[inventory.Config]() && key != "node":
+			// Another node section (node classes, the fake nodes' shape):
+			// the same keys as `node`, documented once there.
 			out = append(out, key)
 		case ft.Kind() == reflect.Struct:
 			out = append(out, configKeys(key+".", ft)...)

@@ -17,6 +17,9 @@ type Command struct {
 	Env     map[string]string
 	Timeout time.Duration // 0 = none
 	User    string        // "" = the adapter's own user
+	// RequeueLost: the template lets the job run again when its node is
+	// lost with it running (at least once).
+	RequeueLost bool
 }
 
 // Resolve turns a request into a command, or a structured refusal. It is
@@ -65,6 +68,7 @@ func (c *Config) Resolve(req wire.Request) (Command, *wire.Error) {
 		}
 		maps.Copy(cmd.Env, req.Environment)
 		cmd.Timeout = t.Timeout.D()
+		cmd.RequeueLost = t.RequeueLost
 		cmd.User = c.userFor(t.RunAs, req.Account)
 	case len(req.Command) > 0:
 		entry, argv0, ok := c.allowed(req.Command[0])

@@ -8,16 +8,9 @@ import (
 	"time"
 
 	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/dispatch"
 	"github.com/computeboard/computeboard/wire"
 )
-
-// PoolStats is what the publisher reports: a copy, taken by the
-// dispatcher under its own short lock, never under a blackboard lock.
-type PoolStats struct {
-	Utilization map[string]float64 // fractions 0..1 by resource
-	Jobs        wire.JobStatusData
-	Metrics     map[string]float64 // named gauges for compute.metrics
-}
 
 // publisher posts the ComputeMetricsEntry topics on change and on an
 // interval. It runs in its own goroutine and reads a snapshot through
@@ -25,7 +18,7 @@ type PoolStats struct {
 // it talks to Redis.
 type publisher struct {
 	store    *blackboard.Store
-	stats    func() PoolStats
+	stats    func() dispatch.Stats
 	interval time.Duration
 	logger   *slog.Logger
 	changed  chan struct{} // one-slot wake-up: something changed
@@ -37,7 +30,7 @@ type publisher struct {
 	lastCompleted int
 }
 
-func newPublisher(store *blackboard.Store, stats func() PoolStats, interval time.Duration, logger *slog.Logger) *publisher {
+func newPublisher(store *blackboard.Store, stats func() dispatch.Stats, interval time.Duration, logger *slog.Logger) *publisher {
 	return &publisher{store: store, stats: stats, interval: interval, logger: logger,
 		changed: make(chan struct{}, 1), lastCounts: [3]int{-1, -1, -1}}
 }

@@ -1,4 +1,4 @@
-package adapter
+package dispatch
 
 import (
 	"fmt"
@@ -7,27 +7,41 @@ import (
 
 	"github.com/computeboard/computeboard/engine"
 	"github.com/computeboard/computeboard/jobs"
+	"github.com/computeboard/computeboard/pool"
 	"github.com/computeboard/computeboard/wire"
 )
 
-func pendingDispatcher(maxPending int, accounts []engine.Account, held map[string]int) *dispatcher {
-	cfg := &Config{}
-	cfg.Scheduler.MaxPending = maxPending
-	d := &dispatcher{cfg: cfg, accounts: accounts, pending: map[string]*tracked{}}
+func resolveAll(wire.Request) (Spec, *wire.Error) { return Spec{Timeout: time.Hour}, nil }
+
+func bareScheduler(t *testing.T, cfg Config) *Scheduler {
+	t.Helper()
+	if cfg.Resolve == nil {
+		cfg.Resolve = resolveAll
+	}
+	s, err := New(cfg, nil, nil, nil, nil, pool.Fence{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func pendingScheduler(t *testing.T, maxPending int, accounts []engine.Account, held map[string]int) *Scheduler {
+	s := bareScheduler(t, Config{MaxPending: maxPending, Accounts: accounts})
 	for a, n := range held {
 		for i := range n {
 			id := fmt.Sprintf("%s-%d", a, i)
-			d.pending[id] = &tracked{rec: jobs.Job{JobData: wire.JobData{JobID: id, Account: a}}}
+			s.jobs_[id] = &tracked{rec: jobs.Job{JobData: wire.JobData{JobID: id, Account: a}}, phase: PhasePending}
+			s.pendingN++
 		}
 	}
-	return d
+	return s
 }
 
 // TestIntakeSharesMaxPending: one account holding all of max_pending
 // (requests that can never start) no longer stops another's intake.
 func TestIntakeSharesMaxPending(t *testing.T) {
-	d := pendingDispatcher(10, nil, map[string]int{"flood": 10})
-	admit := d.intakeAdmit()
+	s := pendingScheduler(t, 10, nil, map[string]int{"flood": 10})
+	admit := s.intakeAdmit()
 	if admit("flood") {
 		t.Error("the flooding account took more while holding all of max_pending")
 	}
@@ -41,9 +55,7 @@ func TestIntakeSharesMaxPending(t *testing.T) {
 	if admit("flood") {
 		t.Error("the flooding account took more while over its share")
 	}
-
-	// Alone, an account may use all of max_pending.
-	admit = pendingDispatcher(10, nil, nil).intakeAdmit()
+	admit = pendingScheduler(t, 10, nil, nil).intakeAdmit()
 	taken = 0
 	for admit("solo") {
 		taken++
@@ -51,10 +63,8 @@ func TestIntakeSharesMaxPending(t *testing.T) {
 	if taken != 10 {
 		t.Errorf("a lone account took %d, want 10", taken)
 	}
-
-	// Shares weigh: 3:1.
-	d = pendingDispatcher(8, []engine.Account{{Name: "big", Shares: 3}}, map[string]int{"small": 1})
-	admit = d.intakeAdmit()
+	s = pendingScheduler(t, 8, []engine.Account{{Name: "big", Shares: 3}}, map[string]int{"small": 1})
+	admit = s.intakeAdmit()
 	taken = 0
 	for admit("big") {
 		taken++
@@ -65,42 +75,34 @@ func TestIntakeSharesMaxPending(t *testing.T) {
 }
 
 func TestIncompleteGangsFail(t *testing.T) {
-	cfg := &Config{}
-	cfg.Scheduler.GangTimeout = Duration(time.Minute)
+	s := bareScheduler(t, Config{GangTimeout: time.Minute})
 	t0 := time.Unix(1_800_000_000, 0)
-	d := &dispatcher{cfg: cfg, pending: map[string]*tracked{}, running: map[string]*tracked{}}
 	member := func(id, gang string, size int, accepted time.Time) *tracked {
 		return &tracked{rec: jobs.Job{JobData: wire.JobData{JobID: id, Account: "a"}, AcceptedAt: float64(accepted.Unix())},
-			ej: engine.Job{ID: id, Account: "a", GangID: gang, GangSize: size}}
+			ej: engine.Job{ID: id, Account: "a", GangID: gang, GangSize: size}, phase: PhasePending}
 	}
-	d.pending["lone"] = member("lone", "g1", 2, t0)
-	d.pending["x1"] = member("x1", "g2", 2, t0)
-	d.pending["x2"] = member("x2", "g2", 2, t0) // complete: waits for room, never fails
-	d.pending["late"] = member("late", "g3", 3, t0.Add(50*time.Second))
-	if got := d.incompleteGangs(t0.Add(59 * time.Second)); len(got) != 0 {
+	s.jobs_["lone"] = member("lone", "g1", 2, t0)
+	s.jobs_["x1"] = member("x1", "g2", 2, t0)
+	s.jobs_["x2"] = member("x2", "g2", 2, t0) // complete: waits for room, never fails
+	s.jobs_["late"] = member("late", "g3", 3, t0.Add(50*time.Second))
+	if got := s.incompleteGangs(t0.Add(59 * time.Second)); len(got) != 0 {
 		t.Fatalf("failed before the gang timeout: %+v", got)
 	}
-	got := d.incompleteGangs(t0.Add(61 * time.Second))
+	got := s.incompleteGangs(t0.Add(61 * time.Second))
 	if len(got) != 1 || got[0].JobID != "lone" || got[0].Reason != "gang_incomplete" || !got[0].Final || got[0].Message == "" {
 		t.Fatalf("after the timeout: %+v, want lone alone failed gang_incomplete", got)
 	}
 }
 
-// TestFutureTimestampIsClamped: an entry stamped after its acceptance (a
-// poster's clock ahead, or milliseconds sent as seconds) waits from its
-// acceptance, and is counted; the average wait never goes negative.
+// TestFutureTimestampIsClamped: an entry stamped after its acceptance
+// waits from its acceptance, and is counted.
 func TestFutureTimestampIsClamped(t *testing.T) {
-	cfg, err := parseConfigAs([]byte("templates:\n  t: {command: [/bin/true]}\n"), t.TempDir(), 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &dispatcher{cfg: cfg}
+	s := bareScheduler(t, Config{})
 	accepted := 1_800_000_000.0
 	for _, posted := range []float64{accepted + 5, accepted * 1000} {
-		j := jobs.Job{JobData: wire.JobData{JobID: "j", Account: "a"}, AcceptedAt: accepted,
-			Request: wire.Request{Template: "t", Account: "a"}}
+		j := jobs.Job{JobData: wire.JobData{JobID: "j", Account: "a"}, AcceptedAt: accepted, Request: wire.Request{Template: "t", Account: "a"}}
 		j.SubmittedAt = &posted
-		tr, werr := d.track(j)
+		tr, werr := s.track(j)
 		if werr != nil {
 			t.Fatal(werr)
 		}
@@ -108,18 +110,18 @@ func TestFutureTimestampIsClamped(t *testing.T) {
 			t.Errorf("posted %v: submitted %v, want the acceptance %v", posted, tr.ej.Submitted, want)
 		}
 	}
-	if n := d.futureStamps.Load(); n != 2 {
+	if n := s.FutureStamps(); n != 2 {
 		t.Errorf("future timestamps counted %d, want 2", n)
 	}
 	past := accepted - 10
 	j := jobs.Job{JobData: wire.JobData{JobID: "k", Account: "a"}, AcceptedAt: accepted, Request: wire.Request{Template: "t", Account: "a"}}
 	j.SubmittedAt = &past
-	tr, _ := d.track(j)
+	tr, _ := s.track(j)
 	if !tr.ej.Submitted.Equal(epochTime(past)) {
 		t.Errorf("a past timestamp was changed: %v", tr.ej.Submitted)
 	}
-	// The engine plans backfill by the limit the provider enforces.
+	// The engine plans backfill by the limit the node enforces.
 	if tr.ej.TimeLimit != time.Hour {
-		t.Errorf("time limit %v, want the template's default 1h", tr.ej.TimeLimit)
+		t.Errorf("time limit %v, want the resolved 1h", tr.ej.TimeLimit)
 	}
 }

@@ -1,0 +1,629 @@
+// Package agent is a pool node's agent: it registers its node(s) and renews
+// their heartbeats, reads the scheduler's orders from each node's durable
+// assignment stream, starts each assigned job through the node's provider
+// (after the queued → running compare-and-set that also checks the record
+// still names this node), stores the provider's handle on the job record,
+// polls the running tasks and records every transition, and reports each
+// one to the scheduler. After a restart it re-attaches to its running
+// tasks, reads its unacknowledged orders again, and replaces a `lost`
+// outcome the scheduler recorded while it was silent with the true one.
+//
+// One agent serves one real node (the machine it runs on, local provider)
+// or many virtual ones (the fake-node agent: providers/fake).
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/computeboard/computeboard/internal/clock"
+	"github.com/computeboard/computeboard/jobs"
+	"github.com/computeboard/computeboard/pool"
+	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/wire"
+)
+
+// Command is what a job runs, resolved on the node from the operator's
+// templates or allowlist.
+type Command struct {
+	Argv    []string
+	Env     map[string]string
+	User    string
+	Timeout time.Duration // 0 = none
+}
+
+// Resolver turns a request into a command (the node's security boundary:
+// it re-checks what the scheduler admitted, against this node's config).
+type Resolver func(wire.Request) (Command, *wire.Error)
+
+// JobStore is what the agent needs from the job records.
+type JobStore interface {
+	Get(ctx context.Context, jobID string) (jobs.Job, error)
+	Transition(ctx context.Context, jobID string, from, to wire.JobStatus, u jobs.Update) (jobs.Job, error)
+}
+
+// Node is one node this agent serves.
+type Node struct {
+	Record   pool.NodeRecord
+	Provider providers.Provider
+}
+
+// Config configures an agent.
+type Config struct {
+	ID       string // consumer name on the node streams; stable across restarts (default: the first node's name)
+	Nodes    []Node
+	Resolve  Resolver
+	Jobs     JobStore
+	Channel  *pool.Channel
+	Registry *pool.Registry
+	Beat     time.Duration // heartbeat interval (default 2 s)
+	Poll     time.Duration // how often running tasks are polled (default 200 ms)
+	Workers  int           // orders handled at once (default 32)
+	Clock    clock.Clock
+	Logger   *slog.Logger
+}
+
+// Agent serves its nodes until its context ends.
+type Agent struct {
+	cfg   Config
+	names []string
+	nodes map[string]Node
+	log   *slog.Logger
+
+	mu    sync.Mutex
+	tasks map[string]*task // by job ID; guarded by mu
+	stats Stats            // guarded by mu
+}
+
+// Stats counts what the agent did since it started.
+type Stats struct {
+	Started, Refused, Succeeded, Failed, Cancelled, Requeued, Corrected int
+	Running                                                             int
+}
+
+// task is one job this agent started or re-attached.
+type task struct {
+	rec    jobs.Job
+	node   string
+	handle providers.Handle
+	prov   providers.Provider
+	lost   bool // the scheduler recorded the job failed: lost; its outcome corrects that
+	stop   string
+}
+
+// New checks cfg and returns an agent.
+func New(cfg Config) (*Agent, error) {
+	if len(cfg.Nodes) == 0 {
+		return nil, errors.New("agent: no nodes")
+	}
+	if cfg.Resolve == nil || cfg.Jobs == nil || cfg.Channel == nil || cfg.Registry == nil {
+		return nil, errors.New("agent: Resolve, Jobs, Channel and Registry are required")
+	}
+	if cfg.ID == "" {
+		cfg.ID = cfg.Nodes[0].Record.Name
+	}
+	if cfg.Beat <= 0 {
+		cfg.Beat = 2 * time.Second
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 200 * time.Millisecond
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 32
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	a := &Agent{cfg: cfg, nodes: map[string]Node{}, tasks: map[string]*task{}, log: cfg.Logger}
+	for _, n := range cfg.Nodes {
+		if n.Record.Name == "" || n.Provider == nil {
+			return nil, errors.New("agent: a node needs a name and a provider")
+		}
+		if _, dup := a.nodes[n.Record.Name]; dup {
+			return nil, fmt.Errorf("agent: node %s listed twice", n.Record.Name)
+		}
+		a.nodes[n.Record.Name] = n
+		a.names = append(a.names, n.Record.Name)
+	}
+	return a, nil
+}
+
+// Stats returns a copy of the counters.
+func (a *Agent) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.stats
+	s.Running = len(a.tasks)
+	return s
+}
+
+// Nodes returns the names of the nodes this agent serves.
+func (a *Agent) Nodes() []string { return slices.Clone(a.names) }
+
+// Run registers the nodes, recovers, and serves until ctx is done.
+func (a *Agent) Run(ctx context.Context) error {
+	recs := make([]pool.NodeRecord, 0, len(a.names))
+	for _, n := range a.names {
+		recs = append(recs, a.nodes[n].Record)
+	}
+	if err := a.cfg.Registry.Register(ctx, recs...); err != nil {
+		return err
+	}
+	if err := a.cfg.Channel.EnsureGroups(ctx, a.names); err != nil {
+		return err
+	}
+	if err := a.Recover(ctx); err != nil {
+		return fmt.Errorf("agent: recover: %w", err)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return a.beat(gctx) })
+	g.Go(func() error { return a.orders(gctx) })
+	g.Go(func() error { return a.pollLoop(gctx) })
+	return g.Wait()
+}
+
+func (a *Agent) beat(ctx context.Context) error {
+	t := time.NewTicker(a.cfg.Beat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if err := a.cfg.Registry.Beat(ctx, a.names...); err != nil && ctx.Err() == nil {
+				a.log.Warn("heartbeat", "err", err)
+			}
+		}
+	}
+}
+
+// orders reads and handles the nodes' orders: first those delivered before
+// and never acknowledged (a restart), then new ones; after a failure it
+// re-reads the unacknowledged ones.
+func (a *Agent) orders(ctx context.Context) error {
+	pending := true
+	for ctx.Err() == nil {
+		msgs, err := a.cfg.Channel.Read(ctx, a.cfg.ID, a.names, 512, time.Second, pending)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			a.log.Warn("read orders", "err", err)
+			sleep(ctx, 200*time.Millisecond)
+			pending = true
+			continue
+		}
+		if pending && len(msgs) == 0 {
+			pending = false
+			continue
+		}
+		if !a.handle(ctx, msgs) {
+			pending = true // some were left unacknowledged: read them again
+			sleep(ctx, 200*time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// handle runs the orders (Workers at a time) and acknowledges those that
+// are done; false if some must be tried again.
+func (a *Agent) handle(ctx context.Context, msgs []pool.Message) bool {
+	done := make([]bool, len(msgs))
+	var g errgroup.Group
+	g.SetLimit(a.cfg.Workers)
+	for i, m := range msgs {
+		g.Go(func() error {
+			done[i] = a.order(ctx, m)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	var ack []pool.Message
+	for i, m := range msgs {
+		if done[i] {
+			ack = append(ack, m)
+		}
+	}
+	// A start cut short by shutdown is finished (see start); acknowledge
+	// with a context of its own.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := a.cfg.Channel.Ack(actx, ack...); err != nil {
+		a.log.Warn("acknowledge orders", "err", err)
+		return false
+	}
+	return len(ack) == len(msgs)
+}
+
+// order handles one order; false: leave it unacknowledged, to try again.
+func (a *Agent) order(ctx context.Context, m pool.Message) bool {
+	if m.Err != nil {
+		a.log.Error("dropping malformed order", "err", m.Err)
+		return true
+	}
+	switch m.Kind {
+	case pool.KindStop:
+		a.mu.Lock()
+		t := a.tasks[m.JobID]
+		if t != nil {
+			t.stop = m.Reason
+		}
+		a.mu.Unlock()
+		if t != nil {
+			a.stopTask(ctx, t)
+		}
+		return true
+	default:
+		return a.start(ctx, m)
+	}
+}
+
+// start runs one start order.
+func (a *Agent) start(ctx context.Context, m pool.Message) bool {
+	a.mu.Lock()
+	_, known := a.tasks[m.JobID]
+	a.mu.Unlock()
+	if known {
+		return true // a repeated order
+	}
+	node, ok := a.nodes[m.Node]
+	if !ok {
+		return true
+	}
+	// Once the compare-and-set is made the start is finished, even if the
+	// agent is stopping: cut short, the record would say running with no task.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	rec, err := a.cfg.Jobs.Transition(sctx, m.JobID, wire.JobQueued, wire.JobRunning, jobs.Update{Node: m.Node, ExpectNode: m.Node})
+	switch {
+	case errors.Is(err, jobs.ErrWithdrawn):
+		a.report(sctx, m.Node, m.JobID, pool.EventEnded, wire.JobCancelled)
+		_ = a.cfg.Channel.Settle(sctx, m.Node, m.JobID)
+		a.count(func(s *Stats) { s.Cancelled++ })
+		return true
+	case errors.Is(err, jobs.ErrConflict) || errors.Is(err, jobs.ErrNotFound):
+		// Not queued on this node any more: cancelled, moved elsewhere by
+		// the scheduler, or already started by this node before a restart
+		// (Recover re-attached it).
+		a.refused(sctx, m)
+		return true
+	case err != nil:
+		a.log.Warn("start: transition", "job", m.JobID, "err", err)
+		return false
+	}
+	a.launch(sctx, node, rec, m.Placement)
+	return true
+}
+
+// refused settles an order the job record refused.
+func (a *Agent) refused(ctx context.Context, m pool.Message) {
+	rec, err := a.cfg.Jobs.Get(ctx, m.JobID)
+	if err == nil && rec.Node == m.Node && rec.Status == wire.JobRunning {
+		return // ours, running (re-attached by Recover)
+	}
+	if err == nil && rec.Node == m.Node && rec.Status == wire.JobQueued {
+		return // assigned here again by a newer order
+	}
+	_ = a.cfg.Channel.Settle(ctx, m.Node, m.JobID)
+	a.report(ctx, m.Node, m.JobID, pool.EventRefused, "")
+	a.count(func(s *Stats) { s.Refused++ })
+}
+
+// launch starts the task of a job now recorded running on node.
+func (a *Agent) launch(ctx context.Context, node Node, rec jobs.Job, pl providers.Placement) {
+	name := node.Record.Name
+	cmd, werr := a.cfg.Resolve(rec.Request)
+	if werr != nil {
+		a.end(ctx, &task{rec: rec, node: name}, wire.JobFailed, jobs.Update{
+			Error: &wire.JobError{Code: string(werr.Code), Message: "this node refuses the request: " + werr.Message}})
+		return
+	}
+	t := providers.Task{
+		ID:      TaskID(rec.JobID, rec.Attempt),
+		Argv:    cmd.Argv,
+		Env:     jobEnv(cmd.Env, rec, name),
+		User:    cmd.User,
+		Timeout: cmd.Timeout,
+		Payload: rec.Request.Payload,
+		Resources: providers.Resources{
+			CPUCores:    rec.Request.Resources.CPUCores,
+			MemoryBytes: int64(rec.Request.Resources.MemoryGB * (1 << 30)),
+		},
+		Placement: pl,
+		Labels:    map[string]string{"job": rec.JobID, "account": rec.Account, "attempt": strconv.Itoa(rec.Attempt), "node": name},
+	}
+	if d := rec.Request.EstimatedDuration; d > 0 {
+		t.Labels["duration_s"] = strconv.FormatFloat(d, 'f', -1, 64)
+	}
+	h, err := node.Provider.Start(ctx, t)
+	if err != nil {
+		a.end(ctx, &task{rec: rec, node: name}, wire.JobFailed, jobs.Update{
+			Error: &wire.JobError{Code: "start_failed", Message: err.Error()}})
+		return
+	}
+	tk := &task{rec: rec, node: name, handle: h, prov: node.Provider}
+	a.mu.Lock()
+	a.tasks[rec.JobID] = tk
+	a.stats.Started++
+	a.mu.Unlock()
+	hb, _ := json.Marshal(h)
+	if _, err := a.cfg.Jobs.Transition(ctx, rec.JobID, wire.JobRunning, wire.JobRunning, jobs.Update{Handle: string(hb)}); err != nil {
+		a.log.Warn("store handle", "job", rec.JobID, "err", err)
+	}
+	a.report(ctx, name, rec.JobID, pool.EventStarted, wire.JobRunning)
+}
+
+// pollLoop polls the running tasks every Poll.
+func (a *Agent) pollLoop(ctx context.Context) error {
+	t := time.NewTicker(a.cfg.Poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			a.pollOnce(ctx)
+		}
+	}
+}
+
+func (a *Agent) pollOnce(ctx context.Context) {
+	a.mu.Lock()
+	ts := slices.Collect(maps.Values(a.tasks))
+	a.mu.Unlock()
+	for _, t := range ts {
+		if ctx.Err() != nil {
+			return
+		}
+		st, err := t.prov.Poll(ctx, t.handle)
+		if errors.Is(err, providers.ErrUnknownHandle) {
+			a.neverStarted(ctx, t)
+			continue
+		}
+		if err != nil {
+			a.log.Warn("poll", "job", t.rec.JobID, "err", err)
+			continue
+		}
+		if t.stop != "" && !st.State.Terminal() {
+			a.stopTask(ctx, t)
+		}
+		if st.State.Terminal() {
+			a.finish(ctx, t, st)
+		}
+	}
+}
+
+// stopTask asks the provider to stop t, without waiting long: the poll
+// loop records the outcome, and retries the stop while the task runs.
+func (a *Agent) stopTask(ctx context.Context, t *task) {
+	sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := t.prov.Stop(sctx, t.handle); err != nil && sctx.Err() == nil {
+		a.log.Warn("stop", "job", t.rec.JobID, "err", err)
+	}
+}
+
+// neverStarted handles a job recorded running here whose task the
+// provider never started (the agent died between the compare-and-set and
+// the start): nothing ran, so it goes back to the queue.
+func (a *Agent) neverStarted(ctx context.Context, t *task) {
+	if t.lost {
+		a.untrack(ctx, t)
+		return
+	}
+	_, err := a.cfg.Jobs.Transition(ctx, t.rec.JobID, wire.JobRunning, wire.JobQueued, jobs.Update{})
+	if err != nil && !errors.Is(err, jobs.ErrConflict) {
+		a.log.Warn("requeue unstarted job", "job", t.rec.JobID, "err", err)
+		return
+	}
+	a.log.Info("requeued a job whose task never started", "job", t.rec.JobID)
+	a.count(func(s *Stats) { s.Requeued++ })
+	a.untrack(ctx, t)
+}
+
+// finish records the outcome of an ended task.
+func (a *Agent) finish(ctx context.Context, t *task, st providers.Status) {
+	u := jobs.Update{ExitCode: st.ExitCode, StdoutPath: st.StdoutPath, StderrPath: st.StderrPath}
+	to := wire.JobSucceeded
+	switch st.State {
+	case providers.StateFailed:
+		to = wire.JobFailed
+		code := "exit_status"
+		switch {
+		case st.OOMKilled:
+			code = "oom"
+		case st.TimedOut:
+			code = "timeout"
+		case st.ExitCode == nil:
+			code = "killed"
+		}
+		u.Error = &wire.JobError{Code: code, Message: firstNonEmpty(st.Error, exitMessage(st.ExitCode))}
+	case providers.StateCancelled:
+		to = wire.JobCancelled
+		u.Error = &wire.JobError{Code: "cancelled", Message: firstNonEmpty(st.Error, firstNonEmpty(t.stop, "stopped on request"))}
+	case providers.StateLost:
+		to = wire.JobFailed
+		u.Error = &wire.JobError{Code: "lost", Message: firstNonEmpty(st.Error, "the process could no longer be observed")}
+	}
+	a.end(ctx, t, to, u)
+}
+
+// end records t's outcome (or its retry), reports it and forgets t.
+func (a *Agent) end(ctx context.Context, t *task, to wire.JobStatus, u jobs.Update) {
+	from := wire.JobRunning
+	if t.lost {
+		// The scheduler ended it lost while this node was silent: the true
+		// outcome replaces that.
+		from = wire.JobFailed
+	} else if to == wire.JobFailed && t.rec.Attempt > 0 && t.rec.Attempt <= t.rec.Request.MaxRetries {
+		to = wire.JobQueued
+	}
+	_, err := a.cfg.Jobs.Transition(ctx, t.rec.JobID, from, to, u)
+	if err != nil && !errors.Is(err, jobs.ErrConflict) && !errors.Is(err, jobs.ErrNotFound) {
+		a.log.Warn("record job end", "job", t.rec.JobID, "err", err)
+		return // try again on the next poll
+	}
+	if err != nil {
+		a.log.Info("job record moved on; outcome not recorded", "job", t.rec.JobID, "outcome", to, "err", err)
+	}
+	ev := pool.EventEnded
+	if t.lost {
+		ev = pool.EventCorrects
+	}
+	a.count(func(s *Stats) {
+		switch {
+		case t.lost:
+			s.Corrected++
+		case to == wire.JobSucceeded:
+			s.Succeeded++
+		case to == wire.JobQueued:
+			s.Requeued++
+		case to == wire.JobCancelled:
+			s.Cancelled++
+		default:
+			s.Failed++
+		}
+	})
+	a.report(ctx, t.node, t.rec.JobID, ev, to)
+	a.untrack(ctx, t)
+	a.log.Debug("job ended", "job", t.rec.JobID, "node", t.node, "status", to)
+}
+
+func (a *Agent) untrack(ctx context.Context, t *task) {
+	a.mu.Lock()
+	delete(a.tasks, t.rec.JobID)
+	a.mu.Unlock()
+	if f, ok := t.prov.(interface{ Forget(providers.Handle) }); ok && t.handle.ID != "" {
+		f.Forget(t.handle)
+	}
+	if err := a.cfg.Channel.Settle(ctx, t.node, t.rec.JobID); err != nil {
+		a.log.Warn("settle job", "job", t.rec.JobID, "err", err)
+	}
+}
+
+func (a *Agent) report(ctx context.Context, node, jobID, ev string, st wire.JobStatus) {
+	if err := a.cfg.Channel.Report(ctx, pool.Report{JobID: jobID, Node: node, Event: ev, Status: string(st)}); err != nil {
+		// The scheduler also rescans the job records: a lost report
+		// delays, it does not lose.
+		a.log.Warn("report", "job", jobID, "event", ev, "err", err)
+	}
+}
+
+func (a *Agent) count(f func(*Stats)) {
+	a.mu.Lock()
+	f(&a.stats)
+	a.mu.Unlock()
+}
+
+// Recover settles the jobs assigned to this agent's nodes before it went
+// away: a job recorded running here is re-attached through its stored
+// handle (or put back in the queue if its task never started); a job the
+// scheduler ended lost meanwhile is watched, and its true outcome replaces
+// `lost` as soon as it is known; anything else is settled.
+func (a *Agent) Recover(ctx context.Context) error {
+	for _, name := range a.names {
+		ids, err := a.cfg.Channel.NodeJobs(ctx, name)
+		if err != nil {
+			return err
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
+			if err := a.recoverJob(ctx, a.nodes[name], id); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (a *Agent) recoverJob(ctx context.Context, node Node, id string) error {
+	name := node.Record.Name
+	rec, err := a.cfg.Jobs.Get(ctx, id)
+	if errors.Is(err, jobs.ErrNotFound) {
+		return a.cfg.Channel.Settle(ctx, name, id)
+	}
+	if err != nil {
+		return err
+	}
+	lost := rec.Status == wire.JobFailed && rec.Error != nil && rec.Error.Code == "lost"
+	switch {
+	case rec.Node != name:
+		return a.cfg.Channel.Settle(ctx, name, id)
+	case rec.Status == wire.JobQueued:
+		return nil // assigned, not started: its order is still in the stream
+	case rec.Status == wire.JobRunning || lost:
+	default:
+		return a.cfg.Channel.Settle(ctx, name, id)
+	}
+	h := providers.Handle{Provider: "", ID: TaskID(rec.JobID, rec.Attempt)}
+	if rec.Handle != "" {
+		if err := json.Unmarshal([]byte(rec.Handle), &h); err != nil {
+			a.log.Warn("unreadable handle; using the task id", "job", id, "err", err)
+		}
+	}
+	if h.Provider == "" {
+		h.Provider = node.Record.Provider
+	}
+	t := &task{rec: rec, node: name, handle: h, prov: node.Provider, lost: lost}
+	a.mu.Lock()
+	a.tasks[id] = t
+	a.mu.Unlock()
+	if lost {
+		a.log.Info("watching a job recorded lost while this node was silent", "job", id)
+	} else {
+		a.log.Info("re-attached running job", "job", id, "handle", h.String())
+	}
+	return nil
+}
+
+// TaskID names attempt n of a job on a provider.
+func TaskID(jobID string, attempt int) string { return fmt.Sprintf("%s-%d", jobID, attempt) }
+
+func jobEnv(env map[string]string, rec jobs.Job, node string) map[string]string {
+	out := maps.Clone(env)
+	if out == nil {
+		out = map[string]string{}
+	}
+	out["COMPUTEBOARD_JOB_ID"] = rec.JobID
+	out["COMPUTEBOARD_REQUEST_ID"] = rec.RequestEntryID
+	out["COMPUTEBOARD_ATTEMPT"] = strconv.Itoa(rec.Attempt)
+	out["COMPUTEBOARD_ACCOUNT"] = rec.Account
+	out["COMPUTEBOARD_NODE"] = node
+	return out
+}
+
+func exitMessage(code *int) string {
+	if code == nil {
+		return "killed by a signal"
+	}
+	return fmt.Sprintf("exited with status %d", *code)
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

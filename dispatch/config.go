@@ -1,0 +1,113 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/computeboard/computeboard/engine"
+	"github.com/computeboard/computeboard/internal/clock"
+	"github.com/computeboard/computeboard/wire"
+)
+
+// Spec is what the scheduler needs to know of a request's command.
+type Spec struct {
+	Timeout     time.Duration // the run-time limit (backfill plans the job's end there)
+	RequeueLost bool          // run the job again when its node is lost (at least once)
+}
+
+// Resolver checks a request against the operator's templates or
+// allowlist, as the scheduler sees them.
+type Resolver func(wire.Request) (Spec, *wire.Error)
+
+// Config configures the scheduler.
+type Config struct {
+	Policy   engine.Policy
+	Accounts []engine.Account
+	Resolve  Resolver
+	// StorageTier is the tier of storage requests that name none.
+	StorageTier string
+	// MaxPending bounds the jobs waiting in the engine, shared by the
+	// accounts' shares (default 10000).
+	MaxPending int
+	// Interval is the longest time between cycles (default 200 ms); a cycle
+	// also runs on every new job and every report.
+	Interval time.Duration
+	// GangTimeout ends a gang still missing members this long after its
+	// first was accepted (default 5 min).
+	GangTimeout time.Duration
+	// NodeUnhealthy: a node silent this long gets no new work, and its
+	// assigned but unstarted jobs are placed again (default 3 × 2 s beats).
+	NodeUnhealthy time.Duration
+	// NodeTimeout: a node silent this long has its running jobs ended
+	// `lost` (or requeued, see Spec.RequeueLost) (default 5 min).
+	NodeTimeout time.Duration
+	// AssignTimeout: an assigned job its healthy node has not started
+	// after this long is placed again (default 60 s).
+	AssignTimeout time.Duration
+	// Rescan is how often the active job records are re-read to catch
+	// what reports missed (default 30 s).
+	Rescan time.Duration
+	// NodeRefresh is how often the registry is re-read (default 1 s).
+	NodeRefresh time.Duration
+	// NodeClasses are the shapes of nodes the pool may have: a request
+	// that fits none of them nor any registered node is rejected
+	// impossible_request; one that fits a class but no registered node
+	// waits. Empty: the registered nodes only.
+	NodeClasses []engine.Node
+	// Seed seeds each cycle (xor the cycle number).
+	Seed uint64
+	// CheckpointName is where the engine state is saved (default "scheduler").
+	CheckpointName string
+	// CheckpointEvery is the engine checkpoint interval (default 10 s).
+	CheckpointEvery time.Duration
+	// RequestStatus reads the statuses of request entries (retractions
+	// missed while no scheduler ran); nil skips the check.
+	RequestStatus func(ctx context.Context, entryIDs []string) ([]string, error)
+	Clock         clock.Clock
+	Logger        *slog.Logger
+	// Notify is called (never blocking) when the figures changed.
+	Notify func()
+}
+
+func (c *Config) fill() error {
+	if c.Resolve == nil {
+		return errors.New("dispatch: Config.Resolve is required")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if c.MaxPending <= 0 {
+		c.MaxPending = 10000
+	}
+	def(&c.Interval, 200*time.Millisecond)
+	def(&c.GangTimeout, 5*time.Minute)
+	def(&c.NodeUnhealthy, 6*time.Second)
+	def(&c.NodeTimeout, 5*time.Minute)
+	def(&c.AssignTimeout, time.Minute)
+	def(&c.Rescan, 30*time.Second)
+	def(&c.NodeRefresh, time.Second)
+	def(&c.CheckpointEvery, 10*time.Second)
+	if c.NodeTimeout < c.NodeUnhealthy {
+		c.NodeTimeout = c.NodeUnhealthy
+	}
+	if c.CheckpointName == "" {
+		c.CheckpointName = "scheduler"
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Notify == nil {
+		c.Notify = func() {}
+	}
+	return nil
+}

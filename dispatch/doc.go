@@ -1,0 +1,27 @@
+// Package dispatch is the pool's scheduler: the one adapter holding the
+// scheduler lease runs it (see package pool). It owns its config, its job
+// phases and its figures:
+//
+//   - intake: requests from the broker become durable jobs (the broker's
+//     AcceptBatch), at most Config.MaxPending shared by the accounts'
+//     shares, and wait in the engine;
+//   - each cycle it builds an engine.Snapshot from the Ledger (every
+//     registered node, with its GPUs, MIG instances and NUMA domains, and
+//     every job placed on it), runs engine.Schedule, re-checks each
+//     placement with Ledger.Apply and gives the placed jobs to their nodes
+//     through the pool's fenced assignment step;
+//   - agents report starts and ends on the report stream; the scheduler
+//     releases what ended and charges its usage to fair share;
+//   - a node that stops beating gets no new work after NodeUnhealthy (its
+//     assigned-but-unstarted jobs are placed again elsewhere) and after
+//     NodeTimeout its running jobs end `lost`, or go back to the queue when
+//     their template allows it (at least once);
+//   - final rejections, incomplete gangs, retracted requests and
+//     explanations are written to the job records, every write fenced by
+//     the scheduler's epoch.
+//
+// A newly elected scheduler rebuilds everything from Redis (Recover): the
+// engine checkpoint, the registry, the active job records, and the
+// placements stored with them. Jobs phases: pending (in the engine),
+// assigned (order written, not started), running (the agent started it).
+package dispatch

@@ -1,0 +1,109 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/computeboard/computeboard/engine"
+	"github.com/computeboard/computeboard/jobs"
+	"github.com/computeboard/computeboard/wire"
+)
+
+// publishExplanations writes changed explanations onto the job records
+// and entries, at most limit per call and at most once per job every
+// minGap, so a deep queue cannot flood Redis. Only the Run goroutine calls
+// it, in sequence with the transitions, so a stale "queued" never
+// overwrites "running".
+func (s *Scheduler) publishExplanations(ctx context.Context, limit int, minGap time.Duration) error {
+	now := s.cfg.Clock.Now()
+	type upd struct {
+		id string
+		e  engine.Explanation
+	}
+	var todo []upd
+	s.mu.Lock()
+	for _, e := range s.plan.Explanations {
+		if len(todo) >= limit {
+			break
+		}
+		t, ok := s.jobs_[e.JobID]
+		if !ok || t.phase != PhasePending {
+			continue
+		}
+		k := explainKey{reason: e.Reason, pos: e.Position, placed: e.Placed}
+		if k == t.explained || now.Sub(t.explAt) < minGap {
+			continue
+		}
+		t.explained, t.explAt = k, now
+		todo = append(todo, upd{e.JobID, e})
+	}
+	s.mu.Unlock()
+	for _, u := range todo {
+		b, err := json.Marshal(ExplanationJSON(u.e))
+		if err != nil {
+			continue
+		}
+		_, err = s.jobs.Transition(ctx, u.id, wire.JobQueued, wire.JobQueued, jobs.Update{Explanation: b})
+		if fenced(err) {
+			return err
+		}
+		if err != nil && !errors.Is(err, jobs.ErrConflict) && ctx.Err() == nil {
+			s.log.Warn("publish explanation", "job", u.id, "err", err)
+		}
+	}
+	return nil
+}
+
+// Explanations returns the latest plan's explanations by job ID (copy).
+func (s *Scheduler) Explanations() map[string]engine.Explanation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]engine.Explanation, len(s.plan.Explanations))
+	for _, e := range s.plan.Explanations {
+		out[e.JobID] = e
+	}
+	return out
+}
+
+// Explained is the JSON form of an engine explanation on a job entry.
+type Explained struct {
+	Position     int      `json:"position"`
+	Priority     float64  `json:"priority"`
+	Level        int      `json:"level"`
+	AgeHours     float64  `json:"age_hours"`
+	AgeTerm      float64  `json:"age_term"`
+	FairShare    float64  `json:"fair_share"`
+	Urgency      float64  `json:"deadline_urgency"`
+	SlackSeconds *float64 `json:"slack_seconds"`
+	DeadlineMiss bool     `json:"deadline_miss"`
+	Guaranteed   bool     `json:"guaranteed"`
+	Placed       bool     `json:"placed"`
+	Reason       string   `json:"reason,omitempty"`
+	Message      string   `json:"message,omitempty"`
+	EstStart     *float64 `json:"estimated_start"`
+}
+
+// ExplanationJSON converts an engine explanation for publication.
+func ExplanationJSON(e engine.Explanation) Explained {
+	f := e.Factors
+	out := Explained{
+		Position: e.Position, Priority: round3(e.Priority), Level: f.Level, AgeHours: round3(f.AgeHours),
+		AgeTerm: round3(f.Age), FairShare: round3(f.FairShare), Urgency: round3(f.Urgency),
+		DeadlineMiss: f.DeadlineMiss, Guaranteed: f.Guaranteed, Placed: e.Placed,
+		Reason: string(e.Reason), Message: e.Message,
+	}
+	if f.HasDeadline {
+		sl := f.Slack.Seconds()
+		out.SlackSeconds = &sl
+	}
+	if !e.EstStart.IsZero() {
+		st := float64(e.EstStart.UnixNano()) / 1e9
+		out.EstStart = &st
+	}
+	return out
+}
+
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }

@@ -1,0 +1,180 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/computeboard/computeboard/engine"
+	"github.com/computeboard/computeboard/jobs"
+	"github.com/computeboard/computeboard/wire"
+)
+
+// refreshNodes reads the registry into the ledger and acts on node health:
+// a node silent past NodeUnhealthy gets nothing new and its assigned but
+// unstarted jobs are placed again; past NodeTimeout its running jobs end
+// lost (or go back to the queue when their template allows it).
+func (s *Scheduler) refreshNodes(ctx context.Context) (bool, error) {
+	states, err := s.nodes.Nodes(ctx)
+	if err != nil {
+		if len(states) == 0 {
+			return false, err
+		}
+		s.log.Warn("registry", "err", err)
+	}
+	now := s.cfg.Clock.Now()
+	changed := false
+	var lostNodes []string
+	seen := map[string]bool{}
+	s.mu.Lock()
+	feasible := slices.Clone(s.cfg.NodeClasses)
+	for _, ns := range states {
+		seen[ns.Name] = true
+		en := ns.Node.Engine()
+		silent := now.Sub(ns.LastBeat)
+		unhealthy := ns.LastBeat.IsZero() || silent > s.cfg.NodeUnhealthy
+		en.Unhealthy = unhealthy
+		if err := s.ledger.SetNode(en); err != nil {
+			s.log.Warn("node inventory refused", "node", ns.Name, "err", err)
+			continue
+		}
+		fe := en
+		fe.Unhealthy = false // a silent node is still a node the pool has
+		feasible = append(feasible, fe)
+		h := s.health[ns.Name]
+		if h.unhealthy != unhealthy {
+			changed = true
+			if unhealthy {
+				s.log.Warn("node unhealthy: no heartbeat", "node", ns.Name, "silent", silent.Round(time.Millisecond))
+			} else if h.rec.Name != "" {
+				s.log.Info("node healthy again", "node", ns.Name)
+			}
+		}
+		lost := silent > s.cfg.NodeTimeout
+		if lost && !h.lost {
+			lostNodes = append(lostNodes, ns.Name)
+		}
+		s.health[ns.Name] = nodeHealth{lastBeat: ns.LastBeat, unhealthy: unhealthy, lost: lost, rec: ns.NodeRecord}
+		delete(s.silentSince, ns.Name)
+	}
+	// A node gone from the registry (deregistered, or its record lost) is
+	// unhealthy at once and lost after NodeTimeout.
+	for _, name := range s.ledger.Names() {
+		if seen[name] {
+			continue
+		}
+		first, ok := s.silentSince[name]
+		if !ok {
+			first = now
+			s.silentSince[name] = now
+			s.ledger.SetHealthy(name, false)
+			h := s.health[name]
+			h.unhealthy = true
+			s.health[name] = h
+			changed = true
+		}
+		if now.Sub(first) > s.cfg.NodeTimeout && !s.health[name].lost {
+			h := s.health[name]
+			h.lost = true
+			s.health[name] = h
+			lostNodes = append(lostNodes, name)
+		}
+	}
+	// Assigned but unstarted jobs on unhealthy nodes, or waiting longer
+	// than AssignTimeout, are placed again: the agent's compare-and-set
+	// checks the node, so a late start there changes nothing.
+	for _, t := range s.jobs_ {
+		if t.phase != PhaseAssigned {
+			continue
+		}
+		if s.health[t.placement.Node].unhealthy || now.Sub(t.started) > s.cfg.AssignTimeout {
+			s.setPhaseLocked(t, PhasePending)
+			s.stats.reassigned++
+			changed = true
+		}
+	}
+	s.mu.Unlock()
+	s.feasible.Store(&feasible)
+	for _, n := range lostNodes {
+		if err := s.nodeLost(ctx, n); err != nil {
+			return changed, err
+		}
+		changed = true
+	}
+	return changed, nil
+}
+
+// nodeLost ends the running jobs of a node silent past NodeTimeout.
+func (s *Scheduler) nodeLost(ctx context.Context, node string) error {
+	s.mu.Lock()
+	var victims []*tracked
+	for _, t := range s.jobs_ {
+		if t.phase == PhaseRunning && t.placement.Node == node {
+			victims = append(victims, t)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(victims, func(a, b *tracked) int {
+		if a.rec.JobID < b.rec.JobID {
+			return -1
+		}
+		return 1
+	})
+	s.log.Warn("node lost: ending its running jobs", "node", node, "jobs", len(victims), "node_timeout", s.cfg.NodeTimeout)
+	for _, t := range victims {
+		msg := fmt.Sprintf("node %s has not been heard from for over %v", node, s.cfg.NodeTimeout)
+		to := wire.JobFailed
+		u := jobs.Update{Error: &wire.JobError{Code: "lost", Message: msg}}
+		if t.spec.RequeueLost {
+			// The template allows running it again: at least once, as the
+			// process may still run on the silent node.
+			to = wire.JobQueued
+			u = jobs.Update{}
+		}
+		_, err := s.jobs.Transition(ctx, t.rec.JobID, wire.JobRunning, to, u)
+		if fenced(err) {
+			return err
+		}
+		if err != nil && !errors.Is(err, jobs.ErrConflict) {
+			s.log.Warn("end lost job", "job", t.rec.JobID, "err", err)
+			continue
+		}
+		now := s.cfg.Clock.Now()
+		s.mu.Lock()
+		s.stats.lost++
+		if to == wire.JobQueued && err == nil {
+			s.stats.requeued++
+			s.dropLocked(t, now)
+			s.mu.Unlock()
+			if err := s.reload(ctx, []string{t.rec.JobID}); err != nil {
+				return err
+			}
+			continue
+		}
+		if err == nil {
+			s.stats.failed++
+		}
+		s.dropLocked(t, now)
+		s.mu.Unlock()
+		if err != nil {
+			if err := s.reload(ctx, []string{t.rec.JobID}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Admission returns the intake's impossible-request test: a request no
+// registered node and no declared node class could ever run is refused;
+// anything else waits (its explanation says what it lacks). With no node
+// registered and no class declared, nothing is refused.
+func (s *Scheduler) Admission(j engine.Job) *engine.Rejection {
+	nodes := *s.feasible.Load()
+	if len(nodes) == 0 {
+		return nil
+	}
+	return engine.Feasible(nodes, j)
+}

@@ -1,0 +1,221 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/engine"
+	"github.com/computeboard/computeboard/jobs"
+	"github.com/computeboard/computeboard/wire"
+)
+
+// Recover rebuilds the pool's state at the start of a term: the report
+// stream's position (so no report written from now on is missed), the
+// engine checkpoint, the registry, and every active job — queued ones go
+// to the engine (or stay assigned where their node still lists them),
+// running ones hold their node's resources again, with the devices stored
+// with their placement. A request retracted while no scheduler ran is
+// cancelled (queued) or stopped (running).
+func (s *Scheduler) Recover(ctx context.Context) error {
+	last, err := s.orders.LastReport(ctx)
+	if err != nil {
+		return err
+	}
+	s.lastReport = last
+	b, err := s.jobs.LoadEngineState(ctx, s.cfg.CheckpointName)
+	if err != nil {
+		return err
+	}
+	if b != nil {
+		st, err := engine.UnmarshalState(b)
+		if err != nil {
+			s.log.Warn("ignoring engine checkpoint", "err", err)
+		} else {
+			s.mu.Lock()
+			s.state = st
+			s.mu.Unlock()
+			s.savedState = st.LastNow
+		}
+	}
+	if _, err := s.refreshNodes(ctx); err != nil {
+		return fmt.Errorf("dispatch: recover: %w", err)
+	}
+	s.lastNodes = s.cfg.Clock.Now()
+	s.lastRescan = s.lastNodes
+	return s.adopt(ctx)
+}
+
+// rescan re-reads the active jobs and adopts what reports missed.
+func (s *Scheduler) rescan(ctx context.Context) error { return s.adopt(ctx) }
+
+// adopt settles the scheduler's view on the active job records.
+func (s *Scheduler) adopt(ctx context.Context) error {
+	active, err := s.jobs.ListActive(ctx)
+	if err != nil {
+		return err
+	}
+	activeIDs := make(map[string]bool, len(active))
+	var fresh []jobs.Job
+	s.mu.Lock()
+	for _, j := range active {
+		activeIDs[j.JobID] = true
+		t, known := s.jobs_[j.JobID]
+		switch {
+		case !known:
+			fresh = append(fresh, j)
+		case t.phase == PhaseRunning && j.Status == wire.JobQueued:
+			fresh = append(fresh, j) // requeued while its report was missed
+		case t.phase == PhaseAssigned && j.Status == wire.JobRunning:
+			s.setPhaseLocked(t, PhaseRunning)
+			t.started = epochOr(j.StartedAt, t.started)
+		}
+	}
+	// Tracked jobs no longer active ended while their reports were missed.
+	var gone []string
+	for id, t := range s.jobs_ {
+		if !activeIDs[id] && t.phase != PhasePending {
+			gone = append(gone, id)
+		}
+	}
+	s.mu.Unlock()
+	if err := s.reload(ctx, gone); err != nil {
+		return err
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	withdrawn, err := s.withdrawn(ctx, fresh)
+	if err != nil {
+		return err
+	}
+	var ids []string
+	for _, j := range fresh {
+		ids = append(ids, j.JobID)
+	}
+	placements, err := s.orders.Placements(ctx, ids)
+	if err != nil {
+		return err
+	}
+	listed := map[string]map[string]bool{} // node → its job set
+	for _, j := range fresh {
+		if withdrawn[j.JobID] && j.Status == wire.JobQueued {
+			_, err := s.jobs.Transition(ctx, j.JobID, wire.JobQueued, wire.JobCancelled, jobs.Update{
+				Error: &wire.JobError{Code: "cancelled", Message: "request retracted before it started"}})
+			if fenced(err) {
+				return err
+			}
+			continue
+		}
+		s.mu.Lock()
+		if t, ok := s.jobs_[j.JobID]; ok {
+			s.dropLocked(t, s.cfg.Clock.Now()) // a stale view of a requeued job
+		}
+		s.mu.Unlock()
+		t, werr := s.track(j)
+		if werr != nil {
+			if j.Status == wire.JobQueued {
+				s.addPending(ctx, j) // fails it with the reason
+			}
+			continue
+		}
+		pl, hasPl := placements[j.JobID]
+		switch j.Status {
+		case wire.JobQueued:
+			if j.Node != "" && hasPl && pl.Node == j.Node {
+				set, ok := listed[j.Node]
+				if !ok {
+					ids, err := s.orders.NodeJobs(ctx, j.Node)
+					if err != nil {
+						return err
+					}
+					set = map[string]bool{}
+					for _, id := range ids {
+						set[id] = true
+					}
+					listed[j.Node] = set
+				}
+				if set[j.JobID] && s.hold(t, pl.Node, pl.GPUs, pl.MIG, pl.NUMA, PhaseAssigned) {
+					t.placement = pl
+					continue
+				}
+			}
+			s.mu.Lock()
+			if _, ok := s.jobs_[j.JobID]; !ok {
+				s.jobs_[j.JobID] = t
+				s.pendingN++
+				s.stats.submitted++
+			}
+			s.mu.Unlock()
+		case wire.JobRunning:
+			if !hasPl {
+				pl.Node, pl.NUMA = j.Node, -1
+			}
+			t.started = epochOr(j.StartedAt, s.cfg.Clock.Now())
+			s.hold(t, j.Node, pl.GPUs, pl.MIG, pl.NUMA, PhaseRunning)
+			t.placement = pl
+			if withdrawn[j.JobID] {
+				s.OnCancel(j.JobID)
+			}
+		}
+	}
+	return nil
+}
+
+// hold records t as holding resources on node (assigned or running).
+// A running job is held even if its node is over-committed or gone (it
+// runs whatever the ledger thinks); false when an assigned job no longer
+// fits (it is placed again).
+func (s *Scheduler) hold(t *tracked, node string, gpus, mig []string, numa int, phase Phase) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := engine.Placement{JobID: t.rec.JobID, Node: node, GPUs: gpus, MIG: mig, NUMA: numa}
+	err := s.ledger.ApplyAt(t.ej, p, t.started)
+	if err != nil && phase == PhaseAssigned {
+		return false
+	}
+	if err != nil {
+		var ae *engine.ApplyError
+		if errors.As(err, &ae) && ae.Code != engine.ApplyDuplicate {
+			s.ledger.Restore(t.ej, p, t.started)
+		}
+	}
+	t.phase = phase
+	s.jobs_[t.rec.JobID] = t
+	return true
+}
+
+// withdrawn reports which jobs' request entries were retracted or
+// superseded (or marked cancel_requested by a broker that saw it).
+func (s *Scheduler) withdrawn(ctx context.Context, js []jobs.Job) (map[string]bool, error) {
+	out := map[string]bool{}
+	var ids []string
+	for _, j := range js {
+		if j.CancelRequested {
+			out[j.JobID] = true
+		}
+		ids = append(ids, j.RequestEntryID)
+	}
+	if s.cfg.RequestStatus == nil || len(ids) == 0 {
+		return out, nil
+	}
+	sts, err := s.cfg.RequestStatus(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	for i, j := range js {
+		if st := sts[i]; st == string(blackboard.StatusRetracted) || st == string(blackboard.StatusSuperseded) {
+			out[j.JobID] = true
+		}
+	}
+	return out, nil
+}
+
+func epochOr(f *float64, def time.Time) time.Time {
+	if f == nil {
+		return def
+	}
+	return epochTime(*f)
+}

@@ -1,0 +1,722 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/computeboard/computeboard/engine"
+	"github.com/computeboard/computeboard/jobs"
+	"github.com/computeboard/computeboard/pool"
+	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/wire"
+)
+
+// Phase is where a job is, as the scheduler sees it.
+type Phase string
+
+// The phases.
+const (
+	PhasePending  Phase = "pending"  // in the engine, waiting for a placement
+	PhaseAssigned Phase = "assigned" // its order is on the node's stream; the agent has not started it
+	PhaseRunning  Phase = "running"  // the agent started it
+)
+
+// tracked is one job the scheduler knows about. Owned by the Run
+// goroutine; readers get copies through methods that take s.mu.
+type tracked struct {
+	rec       jobs.Job
+	ej        engine.Job
+	spec      Spec
+	phase     Phase
+	placement providers.Placement
+	started   time.Time // running: when it started; assigned: when assigned
+	explained explainKey
+	explAt    time.Time
+	stopAsked bool
+}
+
+type explainKey struct {
+	reason engine.Code
+	pos    int
+	placed bool
+}
+
+// Scheduler is one term of the pool's scheduler: it acts for one fencing
+// epoch and stops (Run returns) when that epoch is deposed.
+type Scheduler struct {
+	cfg    Config
+	in     Intake
+	jobs   JobStore
+	nodes  Nodes
+	orders Orders
+	fence  pool.Fence
+	log    *slog.Logger
+
+	incoming chan jobs.Job // accepted jobs, from the intake goroutine
+	wake     chan struct{} // one-slot: run a cycle soon
+	room     chan struct{} // one-slot: pending jobs left (intake may go on)
+
+	cancelMu sync.Mutex
+	cancels  []string // guarded by cancelMu: job IDs whose requests were retracted
+
+	futureStamps atomic.Int64
+	feasible     atomic.Pointer[[]engine.Node] // registered nodes and classes, for admission
+
+	// Owned by the Run goroutine.
+	lastReport  string
+	lastNodes   time.Time
+	lastRescan  time.Time
+	explainedAt time.Time
+	savedState  time.Time
+	lastSave    time.Time
+	silentSince map[string]time.Time // nodes gone from the registry: when first missed
+
+	mu         sync.Mutex     // guards everything below; held only for in-memory work
+	handedOver map[string]int // accepted jobs on their way to pending, by account
+	jobs_      map[string]*tracked
+	pendingN   int
+	ledger     *engine.Ledger
+	health     map[string]nodeHealth
+	ended      []engine.Running
+	state      engine.State
+	cycle      uint64
+	plan       engine.Plan
+	stats      counters
+}
+
+type nodeHealth struct {
+	lastBeat  time.Time
+	unhealthy bool
+	lost      bool
+	rec       pool.NodeRecord
+}
+
+type counters struct {
+	submitted, completed, failed, cancelled, lost, requeued int
+	waitSum, turnSum                                        float64
+	waitN, turnN                                            int
+	cycles, placements, refusedApply, reassigned            int
+	lastCycle                                               time.Duration
+}
+
+// New returns the scheduler for the term of fence.
+func New(cfg Config, in Intake, js JobStore, nodes Nodes, orders Orders, fence pool.Fence) (*Scheduler, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	s := &Scheduler{cfg: cfg, in: in, jobs: js, nodes: nodes, orders: orders, fence: fence,
+		log:      cfg.Logger.With("epoch", fence.Epoch),
+		incoming: make(chan jobs.Job, 1024), wake: make(chan struct{}, 1), room: make(chan struct{}, 1),
+		handedOver: map[string]int{}, jobs_: map[string]*tracked{}, ledger: engine.NewLedger(),
+		health: map[string]nodeHealth{}, silentSince: map[string]time.Time{},
+	}
+	empty := slices.Clone(cfg.NodeClasses)
+	s.feasible.Store(&empty)
+	return s, nil
+}
+
+// Epoch is the fencing epoch of this term.
+func (s *Scheduler) Epoch() int64 { return s.fence.Epoch }
+
+func (s *Scheduler) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Scheduler) roomMade() {
+	select {
+	case s.room <- struct{}{}:
+	default:
+	}
+}
+
+// OnCancel is the broker's cancellation hook; it never blocks.
+func (s *Scheduler) OnCancel(jobID string) {
+	s.cancelMu.Lock()
+	s.cancels = append(s.cancels, jobID)
+	s.cancelMu.Unlock()
+	s.poke()
+}
+
+// Run recovers the pool's state from Redis and schedules until ctx is
+// done or the term is deposed (ErrFenced is returned then).
+func (s *Scheduler) Run(ctx context.Context) error {
+	if err := s.Recover(ctx); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	errc := make(chan error, 1)
+	go func() { errc <- s.intake(ctx) }()
+	err := s.loop(ctx, cancel)
+	cancel(err)
+	<-errc
+	s.saveState(context.WithoutCancel(ctx), true)
+	if err == nil {
+		err = context.Cause(ctx)
+		if errors.Is(err, context.Canceled) {
+			err = nil
+		}
+	}
+	return err
+}
+
+func (s *Scheduler) loop(ctx context.Context, cancel context.CancelCauseFunc) error {
+	tick := time.NewTicker(s.cfg.Interval)
+	defer tick.Stop()
+	for {
+		reports, err := s.orders.Reports(ctx, s.lastReport, 4096, 0)
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("read reports", "err", err)
+		}
+		if err := s.step(ctx, reports); err != nil {
+			if errors.Is(err, jobs.ErrFenced) || errors.Is(err, pool.ErrFenced) {
+				s.log.Warn("deposed: another scheduler holds the lease", "err", err)
+				return err
+			}
+			if ctx.Err() == nil {
+				s.log.Warn("scheduling step", "err", err)
+			}
+		}
+		if len(reports) == 4096 {
+			continue // more waiting
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		case <-s.wake:
+		}
+	}
+}
+
+// fenced reports whether err says this term is over.
+func fenced(err error) bool { return errors.Is(err, jobs.ErrFenced) || errors.Is(err, pool.ErrFenced) }
+
+// step is one pass: new jobs, reports, cancellations, node health,
+// schedule and assign, rejections, explanations, checkpoint.
+func (s *Scheduler) step(ctx context.Context, reports []pool.Report) error {
+	changed := false
+	for drained := false; !drained; {
+		select {
+		case j := <-s.incoming:
+			s.addPending(ctx, j)
+			s.mu.Lock()
+			if s.handedOver[j.Account]--; s.handedOver[j.Account] <= 0 {
+				delete(s.handedOver, j.Account)
+			}
+			s.mu.Unlock()
+			changed = true
+		default:
+			drained = true
+		}
+	}
+	if len(reports) > 0 {
+		s.lastReport = reports[len(reports)-1].ID
+		if err := s.applyReports(ctx, reports); err != nil {
+			return err
+		}
+		changed = true
+	}
+	if c, err := s.applyCancels(ctx); err != nil {
+		return err
+	} else if c {
+		changed = true
+	}
+	now := s.cfg.Clock.Now()
+	if now.Sub(s.lastNodes) >= s.cfg.NodeRefresh {
+		s.lastNodes = now
+		c, err := s.refreshNodes(ctx)
+		if err != nil {
+			return err
+		}
+		changed = changed || c
+	}
+	if now.Sub(s.lastRescan) >= s.cfg.Rescan {
+		s.lastRescan = now
+		if err := s.rescan(ctx); err != nil {
+			return err
+		}
+	}
+	c, err := s.schedule(ctx)
+	if err != nil {
+		return err
+	}
+	if changed || c {
+		s.cfg.Notify()
+	}
+	if now.Sub(s.explainedAt) >= time.Second {
+		s.explainedAt = now
+		if err := s.publishExplanations(ctx, 50, 2*time.Second); err != nil {
+			return err
+		}
+	}
+	if now.Sub(s.lastSave) >= s.cfg.CheckpointEvery {
+		s.lastSave = now
+		s.saveState(ctx, false)
+	}
+	return nil
+}
+
+// track builds the scheduler's view of a job record.
+func (s *Scheduler) track(j jobs.Job) (*tracked, *wire.Error) {
+	spec, werr := s.cfg.Resolve(j.Request)
+	if werr != nil {
+		return nil, werr
+	}
+	sub := epochTime(j.AcceptedAt)
+	if j.SubmittedAt != nil {
+		// The poster's clock: a timestamp after acceptance is clamped to
+		// the acceptance, so waits are never negative.
+		if posted := epochTime(*j.SubmittedAt); posted.After(sub) {
+			s.futureStamps.Add(1)
+		} else {
+			sub = posted
+		}
+	}
+	ej := EngineJob(j, sub, s.cfg.StorageTier)
+	ej.TimeLimit = spec.Timeout
+	return &tracked{rec: j, ej: ej, spec: spec, phase: PhasePending}, nil
+}
+
+// addPending puts a queued job in the engine (once).
+func (s *Scheduler) addPending(ctx context.Context, j jobs.Job) {
+	t, werr := s.track(j)
+	if werr != nil {
+		// The config changed since acceptance (template removed, say).
+		_, err := s.jobs.Transition(ctx, j.JobID, wire.JobQueued, wire.JobFailed, jobs.Update{
+			Error: &wire.JobError{Code: string(werr.Code), Message: werr.Message}})
+		if err != nil && !errors.Is(err, jobs.ErrConflict) {
+			s.log.Warn("fail job", "job", j.JobID, "err", err)
+		}
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.jobs_[j.JobID]; ok {
+		return
+	}
+	s.jobs_[j.JobID] = t
+	s.pendingN++
+	s.stats.submitted++
+}
+
+// setPhase moves a tracked job between phases (s.mu held).
+func (s *Scheduler) setPhaseLocked(t *tracked, p Phase) {
+	if t.phase == PhasePending && p != PhasePending {
+		s.pendingN--
+	}
+	if t.phase != PhasePending && p == PhasePending {
+		s.pendingN++
+		if _, ok := s.ledger.Release(t.rec.JobID); !ok {
+			s.log.Debug("release of a job without allocation", "job", t.rec.JobID)
+		}
+	}
+	t.phase = p
+}
+
+// dropLocked forgets a job (s.mu held), releasing what it held.
+func (s *Scheduler) dropLocked(t *tracked, ended time.Time) {
+	if t.phase == PhasePending {
+		s.pendingN--
+	} else {
+		s.ledger.Release(t.rec.JobID)
+		if t.phase == PhaseRunning && !t.started.IsZero() {
+			s.ended = append(s.ended, engine.Running{Job: t.ej, Node: t.placement.Node, Started: t.started, Ended: ended})
+		}
+	}
+	delete(s.jobs_, t.rec.JobID)
+}
+
+// applyReports handles the agents' reports.
+func (s *Scheduler) applyReports(ctx context.Context, rs []pool.Report) error {
+	now := s.cfg.Clock.Now()
+	var look []string
+	for _, r := range rs {
+		s.mu.Lock()
+		t, ok := s.jobs_[r.JobID]
+		if !ok {
+			s.mu.Unlock()
+			if r.Status == string(wire.JobQueued) {
+				look = append(look, r.JobID) // requeued: not ours yet
+			}
+			continue
+		}
+		switch {
+		case r.Event == pool.EventStarted && t.phase == PhaseAssigned:
+			s.setPhaseLocked(t, PhaseRunning)
+			t.rec.Status = wire.JobRunning
+			t.started = now
+			s.stats.waitSum += max(0, now.Sub(t.ej.Submitted).Seconds())
+			s.stats.waitN++
+		case r.Event == pool.EventEnded && t.phase != PhasePending:
+			st := wire.JobStatus(r.Status)
+			switch {
+			case st == wire.JobQueued:
+				look = append(look, r.JobID)
+				s.stats.requeued++
+				s.dropLocked(t, now)
+			case st.Terminal():
+				s.countEndLocked(t, st, now)
+				s.dropLocked(t, now)
+			default:
+				look = append(look, r.JobID)
+			}
+		case r.Event == pool.EventRefused && t.phase == PhaseAssigned:
+			look = append(look, r.JobID)
+		}
+		s.mu.Unlock()
+	}
+	return s.reload(ctx, look)
+}
+
+func (s *Scheduler) countEndLocked(t *tracked, st wire.JobStatus, now time.Time) {
+	switch st {
+	case wire.JobSucceeded:
+		s.stats.completed++
+	case wire.JobCancelled:
+		s.stats.cancelled++
+	default:
+		s.stats.failed++
+	}
+	if !t.started.IsZero() {
+		s.stats.turnSum += max(0, now.Sub(t.ej.Submitted).Seconds())
+		s.stats.turnN++
+	}
+}
+
+// reload re-reads job records and settles the scheduler's view on them:
+// a queued job not pending becomes pending, a job that ended is dropped.
+func (s *Scheduler) reload(ctx context.Context, ids []string) error {
+	now := s.cfg.Clock.Now()
+	for _, id := range ids {
+		rec, err := s.jobs.Get(ctx, id)
+		if errors.Is(err, jobs.ErrNotFound) {
+			s.mu.Lock()
+			if t, ok := s.jobs_[id]; ok {
+				s.dropLocked(t, now)
+			}
+			s.mu.Unlock()
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		t, ok := s.jobs_[id]
+		switch {
+		case ok && rec.Status.Terminal():
+			s.countEndLocked(t, rec.Status, now)
+			s.dropLocked(t, now)
+		case ok && rec.Status == wire.JobQueued && t.phase == PhaseAssigned && rec.Node != t.placement.Node:
+			s.setPhaseLocked(t, PhasePending)
+		case ok && rec.Status == wire.JobQueued && t.phase == PhaseAssigned:
+			// Refused although it names the node: place it again.
+			s.setPhaseLocked(t, PhasePending)
+			t.rec = rec
+		}
+		s.mu.Unlock()
+		if !ok && rec.Status == wire.JobQueued {
+			s.addPending(ctx, rec)
+		}
+	}
+	return nil
+}
+
+// applyCancels handles retracted requests: a pending job is cancelled
+// here; an assigned or running one is stopped by its node's agent (which
+// records the cancellation).
+func (s *Scheduler) applyCancels(ctx context.Context) (bool, error) {
+	s.cancelMu.Lock()
+	ids := s.cancels
+	s.cancels = nil
+	s.cancelMu.Unlock()
+	changed := false
+	for _, id := range ids {
+		s.mu.Lock()
+		t, ok := s.jobs_[id]
+		var phase Phase
+		var node string
+		if ok {
+			phase, node = t.phase, t.placement.Node
+		}
+		s.mu.Unlock()
+		switch {
+		case ok && phase == PhasePending:
+			_, err := s.jobs.Transition(ctx, id, wire.JobQueued, wire.JobCancelled, jobs.Update{
+				Error: &wire.JobError{Code: "cancelled", Message: "request retracted before it started"}})
+			if fenced(err) {
+				return changed, err
+			}
+			if err != nil && !errors.Is(err, jobs.ErrConflict) {
+				s.log.Warn("cancel queued job", "job", id, "err", err)
+				s.OnCancel(id) // try again
+				continue
+			}
+			s.mu.Lock()
+			s.stats.cancelled++
+			s.dropLocked(t, s.cfg.Clock.Now())
+			s.mu.Unlock()
+			changed = true
+		case ok:
+			// Assigned: the agent's start finds the request withdrawn (the
+			// compare-and-set checks it) or, if it started, stops it.
+			if err := s.orders.Stop(ctx, s.fence, node, id, "request retracted"); err != nil {
+				if fenced(err) {
+					return changed, err
+				}
+				s.log.Warn("stop cancelled job", "job", id, "err", err)
+				s.OnCancel(id)
+				continue
+			}
+			changed = true
+		default:
+			// Not tracked (yet): the record says cancel_requested, and a
+			// start checks the request at its compare-and-set.
+			_, err := s.jobs.Transition(ctx, id, wire.JobQueued, wire.JobCancelled, jobs.Update{
+				Error: &wire.JobError{Code: "cancelled", Message: "request retracted before it started"}})
+			if fenced(err) {
+				return changed, err
+			}
+		}
+	}
+	return changed, nil
+}
+
+// schedule runs one engine cycle and assigns its placements.
+func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
+	s.mu.Lock()
+	if s.pendingN == 0 && len(s.ended) == 0 {
+		s.mu.Unlock()
+		return false, nil
+	}
+	snap := s.snapshotLocked()
+	st := s.state
+	s.ended = nil
+	s.mu.Unlock()
+
+	begin := time.Now()
+	plan, next := engine.Schedule(st, snap)
+	took := time.Since(begin)
+
+	s.mu.Lock()
+	s.state = next
+	s.plan = plan
+	s.stats.cycles++
+	s.stats.lastCycle = took
+	// Re-check every placement against the ledger (as the simulator
+	// applies plans) and hold it there until the assignment is written.
+	var as []pool.Assignment
+	var ts []*tracked
+	for _, p := range plan.Placements {
+		t, ok := s.jobs_[p.JobID]
+		if !ok || t.phase != PhasePending {
+			continue
+		}
+		if err := s.ledger.ApplyAt(t.ej, p, snap.Now); err != nil {
+			s.stats.refusedApply++
+			s.log.Warn("placement refused by the ledger", "job", p.JobID, "node", p.Node, "err", err)
+			continue
+		}
+		alloc, _ := s.ledger.Allocation(p.JobID)
+		pl := providers.Placement{Node: p.Node, NUMA: p.NUMA, GPUs: slices.Clone(p.GPUs), MIG: slices.Clone(p.MIG), CPUs: slices.Clone(alloc.CPUs)}
+		s.setPhaseLocked(t, PhaseAssigned)
+		t.placement = pl
+		as = append(as, pool.Assignment{JobID: p.JobID, Placement: pl})
+		ts = append(ts, t)
+	}
+	s.mu.Unlock()
+
+	changed := len(as) > 0
+	errs := s.orders.Assign(ctx, s.fence, as)
+	now := s.cfg.Clock.Now()
+	var look []string
+	s.mu.Lock()
+	for i, err := range errs {
+		t := ts[i]
+		switch {
+		case err == nil:
+			t.started = now
+			s.stats.placements++
+		case fenced(err):
+			s.setPhaseLocked(t, PhasePending)
+		case errors.Is(err, pool.ErrNotQueued) || errors.Is(err, pool.ErrNoJob):
+			s.setPhaseLocked(t, PhasePending)
+			look = append(look, t.rec.JobID)
+		default:
+			s.setPhaseLocked(t, PhasePending) // Redis trouble: next cycle
+			s.log.Warn("assign", "job", t.rec.JobID, "err", err)
+		}
+	}
+	s.mu.Unlock()
+	for _, err := range errs {
+		if fenced(err) {
+			return changed, err
+		}
+	}
+	if err := s.reload(ctx, look); err != nil {
+		return changed, err
+	}
+	for _, r := range plan.Rejected {
+		if r.Final && !poolDependent(r.Reason) {
+			if err := s.rejectFinal(ctx, r); err != nil {
+				return true, err
+			}
+			changed = true
+		}
+	}
+	for _, r := range s.incompleteGangs(snap.Now) {
+		if err := s.rejectFinal(ctx, r); err != nil {
+			return true, err
+		}
+		changed = true
+	}
+	if changed {
+		s.roomMade()
+	}
+	return changed, nil
+}
+
+// snapshotLocked builds the engine's input (s.mu held).
+func (s *Scheduler) snapshotLocked() engine.Snapshot {
+	s.cycle++
+	running := make([]engine.Running, 0, len(s.jobs_)-s.pendingN+len(s.ended))
+	pending := make([]engine.Job, 0, s.pendingN)
+	for _, id := range slices.Sorted(maps.Keys(s.jobs_)) {
+		t := s.jobs_[id]
+		if t.phase == PhasePending {
+			pending = append(pending, t.ej)
+			continue
+		}
+		running = append(running, engine.Running{Job: t.ej, Node: t.placement.Node, Started: t.started,
+			GPUs: t.placement.GPUs, MIG: t.placement.MIG})
+	}
+	running = append(running, s.ended...)
+	return engine.Snapshot{
+		Now:      s.cfg.Clock.Now(),
+		Seed:     s.cfg.Seed ^ s.cycle,
+		Policy:   s.cfg.Policy,
+		Nodes:    s.ledger.Snapshot(),
+		Pending:  pending,
+		Running:  running,
+		Accounts: s.cfg.Accounts,
+	}
+}
+
+func (s *Scheduler) rejectFinal(ctx context.Context, r engine.Rejection) error {
+	s.mu.Lock()
+	t, ok := s.jobs_[r.JobID]
+	if !ok || t.phase != PhasePending {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+	to := wire.JobFailed
+	if r.Reason == engine.ReasonDeadlineInfeasible {
+		to = wire.JobExpired
+	}
+	_, err := s.jobs.Transition(ctx, t.rec.JobID, wire.JobQueued, to, jobs.Update{
+		Error: &wire.JobError{Code: string(r.Reason), Message: r.Message}})
+	if fenced(err) {
+		return err
+	}
+	if err != nil && !errors.Is(err, jobs.ErrConflict) {
+		s.log.Warn("reject job", "job", t.rec.JobID, "err", err)
+		return nil
+	}
+	s.mu.Lock()
+	s.stats.failed++
+	s.dropLocked(t, s.cfg.Clock.Now())
+	s.mu.Unlock()
+	return nil
+}
+
+// incompleteGangs returns a final rejection (gang_incomplete) for each
+// pending member of a gang that still lacks members GangTimeout after its
+// first member was accepted.
+func (s *Scheduler) incompleteGangs(now time.Time) []engine.Rejection {
+	type gang struct {
+		size, members int
+		first         time.Time
+		pending       []string
+	}
+	s.mu.Lock()
+	gangs := map[string]*gang{}
+	for _, t := range s.jobs_ {
+		if t.ej.GangID == "" || t.ej.GangSize <= 1 {
+			continue
+		}
+		key := t.ej.Account + "\x00" + t.ej.GangID
+		g := gangs[key]
+		at := epochTime(t.rec.AcceptedAt)
+		if g == nil {
+			g = &gang{size: t.ej.GangSize, first: at}
+			gangs[key] = g
+		}
+		g.members++
+		if at.Before(g.first) {
+			g.first = at
+		}
+		if t.phase == PhasePending {
+			g.pending = append(g.pending, t.rec.JobID)
+		}
+	}
+	s.mu.Unlock()
+	var out []engine.Rejection
+	for _, g := range gangs {
+		if g.members >= g.size || len(g.pending) == 0 || now.Sub(g.first) < s.cfg.GangTimeout {
+			continue
+		}
+		slices.Sort(g.pending)
+		for _, id := range g.pending {
+			out = append(out, engine.Rejection{JobID: id, Reason: engine.Code(wire.CodeGangIncomplete), Final: true,
+				Message: fmt.Sprintf("gang has %d of its %d members %v after the first was accepted (scheduler.gang_timeout); post all members together", g.members, g.size, s.cfg.GangTimeout)})
+		}
+	}
+	return out
+}
+
+// saveState writes the engine checkpoint when it changed (always when
+// final).
+func (s *Scheduler) saveState(ctx context.Context, final bool) {
+	s.mu.Lock()
+	st := s.state
+	s.mu.Unlock()
+	if st.LastNow.IsZero() || (!final && st.LastNow.Equal(s.savedState)) {
+		return
+	}
+	b, err := engine.MarshalState(st)
+	if err != nil {
+		s.log.Error("encode engine checkpoint", "err", err)
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := s.jobs.SaveEngineState(sctx, s.cfg.CheckpointName, b); err != nil {
+		s.log.Warn("save engine checkpoint", "err", err)
+		return
+	}
+	s.savedState = st.LastNow
+}
+
+// poolDependent reports whether a final rejection only says that no node
+// registered now could run the job: the pool may grow (an agent comes
+// back, a node is added), so the job waits and its explanation says what
+// it lacks. Intake already refused what no registered node nor declared
+// node class could ever run.
+func poolDependent(r engine.Code) bool {
+	switch r {
+	case engine.ReasonNoSuchGPU, engine.ReasonNoSuchMIG, engine.ReasonNoSuchTier, engine.ReasonNoSuchNode, engine.ReasonImpossible:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,169 @@
+package dispatch
+
+import (
+	"math"
+	"slices"
+
+	"github.com/computeboard/computeboard/engine"
+	"github.com/computeboard/computeboard/wire"
+)
+
+// Stats is the scheduler's figures for telemetry: a copy taken under its
+// own short lock, never under a blackboard lock.
+type Stats struct {
+	Utilization map[string]float64 // allocated fraction of the pool, by resource
+	Jobs        wire.JobStatusData
+	Metrics     map[string]float64 // named gauges for compute.metrics
+	Nodes       int                // registered nodes
+	Healthy     int                // of which healthy
+}
+
+// Stats returns the current figures; inboxDepth is the broker's.
+func (s *Scheduler) Stats(inboxDepth int) Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u := s.ledger.Utilization()
+	util := map[string]float64{}
+	for _, dim := range []engine.Dim{engine.DimCPU, engine.DimMemory, engine.DimGPU} {
+		if u[dim] > 0 || s.hasCapacityLocked(dim) {
+			util[dim.String()] = math.Min(1, u[dim])
+		}
+	}
+	st := s.stats
+	avg := func(sum float64, n int) float64 {
+		if n == 0 {
+			return 0
+		}
+		return sum / float64(n)
+	}
+	var assigned, running int
+	for _, t := range s.jobs_ {
+		switch t.phase {
+		case PhaseAssigned:
+			assigned++
+		case PhaseRunning:
+			running++
+		}
+	}
+	healthy := 0
+	for _, h := range s.health {
+		if !h.unhealthy {
+			healthy++
+		}
+	}
+	return Stats{
+		Utilization: util,
+		Nodes:       len(s.health),
+		Healthy:     healthy,
+		Jobs: wire.JobStatusData{
+			PendingJobs: s.pendingN, RunningJobs: running + assigned,
+			CompletedJobs: st.completed, FailedJobs: st.failed, CancelledJobs: st.cancelled, InboxDepth: inboxDepth,
+			Statistics: wire.JobStatistics{
+				JobsSubmitted: st.submitted, JobsCompleted: st.completed, JobsFailed: st.failed, JobsCancelled: st.cancelled,
+				AverageWaitTime: avg(st.waitSum, st.waitN), AverageTurnaroundTime: avg(st.turnSum, st.turnN),
+			},
+		},
+		Metrics: map[string]float64{
+			"scheduler_epoch":           float64(s.fence.Epoch),
+			"scheduler_cycles":          float64(st.cycles),
+			"scheduler_placements":      float64(st.placements),
+			"scheduler_last_cycle_ms":   float64(st.lastCycle.Microseconds()) / 1000,
+			"scheduler_ledger_refusals": float64(st.refusedApply),
+			"scheduler_reassigned":      float64(st.reassigned),
+			"scheduler_lost_jobs":       float64(st.lost),
+			"scheduler_requeued_jobs":   float64(st.requeued),
+			"scheduler_assigned_jobs":   float64(assigned),
+			"pool_nodes":                float64(len(s.health)),
+			"pool_healthy_nodes":        float64(healthy),
+			"inbox_depth":               float64(inboxDepth),
+		},
+	}
+}
+
+func (s *Scheduler) hasCapacityLocked(d engine.Dim) bool {
+	for _, name := range s.ledger.Names() {
+		if n, ok := s.ledger.Node(name); ok && n.Capacity[d] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// FutureStamps counts requests whose entry timestamp was after their
+// acceptance (clamped).
+func (s *Scheduler) FutureStamps() int64 { return s.futureStamps.Load() }
+
+// NodeView is one node as the scheduler sees it, for the HTTP API.
+type NodeView struct {
+	Name      string            `json:"name"`
+	Agent     string            `json:"agent"`
+	Provider  string            `json:"provider"`
+	Fake      bool              `json:"fake,omitempty"`
+	Healthy   bool              `json:"healthy"`
+	Lost      bool              `json:"lost,omitempty"`
+	LastBeat  *float64          `json:"last_heartbeat"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Capacity  map[string]int64  `json:"capacity"`
+	Allocated map[string]int64  `json:"allocated"`
+	GPUs      []GPUView         `json:"gpus,omitempty"`
+	Confined  []string          `json:"confined,omitempty"`
+	Jobs      int               `json:"jobs"`
+}
+
+// GPUView is one GPU of a node, with its MIG instances.
+type GPUView struct {
+	ID     string    `json:"id"`
+	Model  string    `json:"model"`
+	InUse  bool      `json:"in_use"`
+	MIG    []MIGView `json:"mig,omitempty"`
+	Memory int64     `json:"memory_mib"`
+}
+
+// MIGView is one MIG instance.
+type MIGView struct {
+	ID      string `json:"id"`
+	Profile string `json:"profile"`
+	InUse   bool   `json:"in_use"`
+}
+
+// NodeViews returns every node the scheduler knows, by name.
+func (s *Scheduler) NodeViews() []NodeView {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	jobsOn := map[string]int{}
+	for _, t := range s.jobs_ {
+		if t.phase != PhasePending {
+			jobsOn[t.placement.Node]++
+		}
+	}
+	var out []NodeView
+	for _, n := range s.ledger.Snapshot() {
+		h := s.health[n.Name]
+		v := NodeView{Name: n.Name, Agent: h.rec.Agent, Provider: h.rec.Provider, Fake: h.rec.Fake,
+			Healthy: !n.Unhealthy, Lost: h.lost, Labels: n.Labels, Confined: slices.Clone(h.rec.Confined),
+			Capacity: dims(n.Capacity), Allocated: dims(n.Allocated), Jobs: jobsOn[n.Name]}
+		if !h.lastBeat.IsZero() {
+			f := float64(h.lastBeat.UnixNano()) / 1e9
+			v.LastBeat = &f
+		}
+		for _, g := range n.GPUs {
+			gv := GPUView{ID: g.ID, Model: g.Model, InUse: g.InUse, Memory: g.MemoryMiB}
+			for _, m := range g.MIG {
+				gv.MIG = append(gv.MIG, MIGView{ID: m.ID, Profile: m.Profile, InUse: m.InUse})
+			}
+			v.GPUs = append(v.GPUs, gv)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func dims(r engine.Resources) map[string]int64 {
+	out := map[string]int64{}
+	for d := range engine.NumDims {
+		if r[d] != 0 {
+			out[engine.Dim(d).String()] = r[d]
+		}
+	}
+	return out
+}

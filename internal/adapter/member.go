@@ -1,0 +1,432 @@
+package adapter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/computeboard/computeboard/agent"
+	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/broker"
+	"github.com/computeboard/computeboard/dispatch"
+	"github.com/computeboard/computeboard/engine"
+	"github.com/computeboard/computeboard/internal/clock"
+	"github.com/computeboard/computeboard/inventory"
+	"github.com/computeboard/computeboard/jobs"
+	"github.com/computeboard/computeboard/pool"
+	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/providers/fake"
+	"github.com/computeboard/computeboard/providers/local"
+	"github.com/computeboard/computeboard/wire"
+)
+
+// poolMember is this adapter as a member of the pool: its agent, its
+// scheduler candidacy and, while it holds the lease, its term.
+type poolMember struct {
+	cfg      *Config
+	rdb      redis.UniversalClient
+	store    *blackboard.Store
+	jobs     *jobs.Store
+	registry *pool.Registry
+	channel  *pool.Channel
+	elector  *pool.Elector // nil: not a scheduler candidate
+	clk      clock.Clock
+	log      *slog.Logger
+	url      string // this adapter's HTTP API ("" = none)
+
+	term atomic.Pointer[term] // the scheduler term this adapter runs now, if any
+}
+
+// term is one scheduler term: the broker, the scheduler and the metrics
+// that live as long as the lease.
+type term struct {
+	epoch int64
+	br    *broker.Broker
+	sched *dispatch.Scheduler
+	reg   *prometheus.Registry
+}
+
+// candidateID names this process as a scheduler candidate: unique per
+// process, so a restarted adapter is a new candidate.
+func candidateID() string {
+	h, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", h, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// buildAgent builds this adapter's node agent: the machine it runs on
+// (local provider), or fake nodes.
+func (p *poolMember) buildAgent(ctx context.Context, g *errgroup.Group, gctx context.Context) (*agent.Agent, string, error) {
+	cfg := p.cfg
+	var nodes []agent.Node
+	var desc, id string
+	if fn := cfg.Pool.FakeNodes; fn.Count > 0 {
+		// FAKE nodes: nothing runs (see providers/fake).
+		prov := fake.New("fake", p.clk, fn.Duration.D())
+		for i := range fn.Count {
+			shape := fn.Node
+			shape.Name = fmt.Sprintf("%s-%04d", fn.Prefix, i+1)
+			n, err := inventory.Build(inventory.Node{}, shape)
+			if err != nil {
+				return nil, "", fmt.Errorf("pool.fake_nodes: %w", err)
+			}
+			nodes = append(nodes, agent.Node{Record: pool.NodeRecord{Node: n, Provider: "fake", Fake: true}, Provider: prov})
+		}
+		id = "fake-" + fn.Prefix
+		desc = fmt.Sprintf("%d fake nodes %s-0001…: %.1f cores, %.1f GiB, %d GPUs each (nothing runs)",
+			fn.Count, fn.Prefix, nodes[0].Record.CPUs, float64(nodes[0].Record.MemoryMiB)/1024, len(nodes[0].Record.GPUs))
+	} else {
+		n, err := inventory.Local(ctx, cfg.Node, inventory.Options{Logger: p.log.With("component", "inventory")})
+		if err != nil {
+			return nil, "", err
+		}
+		// Each local task runs under a supervisor (this binary, re-executed)
+		// that records its outcome even if the adapter dies meanwhile.
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, "", fmt.Errorf("find own executable for the task supervisor: %w", err)
+		}
+		// Jobs run as cfg.RunAs (a task's template, allowlist entry or
+		// account may name another user); as root the default is "nobody".
+		prov, err := local.New(local.Config{WorkDir: cfg.WorkDir, Logger: p.log, Clock: p.clk, Env: baseEnv(), SupervisorPath: exe,
+			User: cfg.RunAs, AllowRoot: cfg.AllowRoot, MaxOutputBytes: int64(cfg.MaxOutputMB) << 20})
+		if err != nil {
+			return nil, "", err
+		}
+		g.Go(func() error {
+			return pruneTaskDirs(gctx, prov, p.clk, cfg.Retention.D(), p.log.With("component", "retention"))
+		})
+		rec := pool.NodeRecord{Node: n, Provider: "local", Confined: prov.Confinement().Names()}
+		nodes = append(nodes, agent.Node{Record: rec, Provider: prov})
+		id = n.Name
+		desc = fmt.Sprintf("node %s: %.1f cores, %.1f GiB, %d GPUs, %d NUMA domains; confined: %v",
+			n.Name, n.CPUs, float64(n.MemoryMiB)/1024, len(n.GPUs), len(n.NUMA), rec.Confined)
+	}
+	for i := range nodes {
+		nodes[i].Record.Agent = id
+	}
+	ag, err := agent.New(agent.Config{ID: id, Nodes: nodes, Resolve: p.agentResolve, Jobs: p.jobs,
+		Channel: p.channel, Registry: p.registry, Beat: cfg.Pool.Heartbeat.D(), Clock: p.clk,
+		Logger: p.log.With("component", "agent")})
+	return ag, desc, err
+}
+
+func (p *poolMember) agentResolve(req wire.Request) (agent.Command, *wire.Error) {
+	cmd, werr := p.cfg.Resolve(req)
+	return agent.Command{Argv: cmd.Argv, Env: cmd.Env, User: cmd.User, Timeout: cmd.Timeout}, werr
+}
+
+func (p *poolMember) schedResolve(req wire.Request) (dispatch.Spec, *wire.Error) {
+	cmd, werr := p.cfg.Resolve(req)
+	return dispatch.Spec{Timeout: cmd.Timeout, RequeueLost: cmd.RequeueLost}, werr
+}
+
+// runTerm is one scheduler term: while this adapter holds the lease at
+// l.Epoch it runs the broker (intake), the scheduler and the telemetry
+// publisher, every write fenced by the epoch.
+func (p *poolMember) runTerm(ctx context.Context, l pool.Leader) error {
+	cfg := p.cfg
+	log := p.log.With("epoch", l.Epoch)
+	fence := pool.Fence{Key: p.elector.FenceKey(), Epoch: l.Epoch}
+	fjs := p.jobs.Fenced(jobs.Fence{Key: fence.Key, Epoch: fence.Epoch})
+	var (
+		sched *dispatch.Scheduler
+		pub   *publisher
+	)
+	br, err := broker.New(p.rdb, p.store, broker.Config{
+		Consumer:         cfg.Consumer,
+		InboxCapacity:    cfg.Broker.InboxCapacity,
+		LeaseTimeout:     cfg.Broker.LeaseTimeout.D(),
+		ClaimIdle:        cfg.Broker.ClaimIdle.D(),
+		DeliveryLimit:    cfg.Broker.DeliveryLimit,
+		ModuleRate:       cfg.Broker.ModuleRate,
+		ModuleBurst:      cfg.Broker.ModuleBurst,
+		ModuleMaxWaiting: cfg.Broker.ModuleMaxWaiting,
+		OperatorToken:    cfg.OperatorToken,
+		PublicReads:      cfg.HTTP.PublicReads,
+		Identity:         cfg.Identity,
+		MayBill:          cfg.mayBill(),
+		Jobs:             fjs,
+		DLQMaxAge:        cfg.Retention.D(),
+		Check:            admissionCheck(cfg, func(j engine.Job) *engine.Rejection { return sched.Admission(j) }),
+		OnCancel:         func(c broker.Cancel) { sched.OnCancel(c.JobID) },
+		Clock:            p.clk,
+		Logger:           log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := br.EnsureGroups(ctx); err != nil {
+		return err
+	}
+	var classes []engine.Node
+	for _, c := range cfg.Pool.NodeClasses {
+		n, err := inventory.Build(inventory.Node{}, c)
+		if err != nil {
+			return fmt.Errorf("pool.node_classes: %w", err)
+		}
+		classes = append(classes, n.Engine())
+	}
+	sched, err = dispatch.New(dispatch.Config{
+		Policy:        engine.Policy{Selection: engine.Selection(cfg.Scheduler.FairShare), Strategy: engine.Strategy(cfg.Scheduler.Placement)},
+		Accounts:      cfg.engineAccounts(),
+		Resolve:       p.schedResolve,
+		StorageTier:   cfg.storageTier(),
+		MaxPending:    cfg.Scheduler.MaxPending,
+		Interval:      cfg.Scheduler.Interval.D(),
+		GangTimeout:   cfg.Scheduler.GangTimeout.D(),
+		NodeUnhealthy: cfg.Pool.NodeUnhealthy.D(),
+		NodeTimeout:   cfg.Scheduler.NodeTimeout.D(),
+		NodeClasses:   classes,
+		Seed:          cfg.Scheduler.Seed,
+		RequestStatus: p.requestStatus,
+		Clock:         p.clk,
+		Logger:        log.With("component", "scheduler"),
+		Notify:        func() { pub.Notify() },
+	}, br, fjs, p.registry, p.channel, fence)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	if err := br.RegisterMetrics(reg); err != nil {
+		return err
+	}
+	reg.MustRegister(newPoolCollector(sched, func() int { return br.Inbox().Len() }))
+	pub = newPublisher(p.store, func() dispatch.Stats { return sched.Stats(br.Inbox().Len()) }, cfg.Telemetry.Interval.D(), log.With("component", "telemetry"))
+
+	p.term.Store(&term{epoch: l.Epoch, br: br, sched: sched, reg: reg})
+	defer p.term.Store(nil)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return br.Run(gctx) })
+	g.Go(func() error { return sched.Run(gctx) })
+	g.Go(func() error { return pub.Run(gctx) })
+	err = g.Wait()
+	if errors.Is(err, jobs.ErrFenced) || errors.Is(err, pool.ErrFenced) {
+		return nil // deposed: campaign again
+	}
+	return err
+}
+
+// requestStatus reads the status of request entries.
+func (p *poolMember) requestStatus(ctx context.Context, ids []string) ([]string, error) {
+	cmds := make([]*redis.StringCmd, len(ids))
+	_, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = pl.HGet(ctx, p.store.Keys().Entry(id), "status")
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read request statuses: %w", err)
+	}
+	out := make([]string, len(ids))
+	for i, c := range cmds {
+		out[i] = c.Val()
+	}
+	return out, nil
+}
+
+// admissionCheck refuses, at intake, requests that name an unapproved
+// program or that no node the pool has or may have could ever run
+// (feasible: the scheduler's view of registered nodes and classes).
+func admissionCheck(cfg *Config, feasible func(engine.Job) *engine.Rejection) func(wire.Request) *wire.Error {
+	return func(req wire.Request) *wire.Error {
+		if _, werr := cfg.Resolve(req); werr != nil {
+			return werr
+		}
+		j := jobs.Job{Request: req}
+		j.Account, j.Priority = req.Account, req.Priority
+		if rej := feasible(dispatch.EngineJob(j, time.Time{}, cfg.storageTier())); rej != nil {
+			return &wire.Error{Code: wire.CodeImpossibleRequest, Field: "resource_requirements", Message: rej.Message}
+		}
+		return nil
+	}
+}
+
+// forwarded marks a request one adapter passed to the scheduler, so a
+// stale lease can never make two adapters pass it back and forth.
+const forwarded = "X-Computeboard-Forwarded"
+
+// scheduler serves h with the current term when this adapter is the
+// scheduler, and otherwise forwards the request to the adapter that is.
+func (p *poolMember) scheduler(h func(w http.ResponseWriter, r *http.Request, t *term)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if t := p.term.Load(); t != nil {
+			h(w, r, t)
+			return
+		}
+		l, ok, err := pool.CurrentLeader(r.Context(), p.rdb, p.store.Keys().PoolLease())
+		switch {
+		case err != nil:
+			writeJSON(w, http.StatusServiceUnavailable, apiError("unavailable", err.Error()))
+			return
+		case !ok:
+			writeJSON(w, http.StatusServiceUnavailable, apiError("no_scheduler", "no scheduler holds the lease right now; try again shortly"))
+			return
+		case l.URL == "" || l.URL == p.url || r.Header.Get(forwarded) != "":
+			writeJSON(w, http.StatusServiceUnavailable, apiError("no_scheduler",
+				fmt.Sprintf("the scheduler (%s, epoch %d) has no HTTP API this adapter can reach", l.Holder, l.Epoch)))
+			return
+		}
+		u, err := url.Parse(l.URL)
+		if err != nil {
+			writeJSON(w, http.StatusBadGateway, apiError("bad_gateway", err.Error()))
+			return
+		}
+		rp := httputil.NewSingleHostReverseProxy(u)
+		rp.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, err error) {
+			writeJSON(w, http.StatusBadGateway, apiError("bad_gateway", "forwarding to the scheduler at "+l.URL+": "+err.Error()))
+		}
+		r.Header.Set(forwarded, "1")
+		w.Header().Set("X-Computeboard-Scheduler", l.URL)
+		rp.ServeHTTP(w, r)
+	}
+}
+
+// apiHandler serves health, metrics, the job records, and (on the
+// scheduler, or forwarded to it) the inbox, scheduler and nodes APIs.
+func apiHandler(p *poolMember, reg *prometheus.Registry) http.Handler {
+	cfg := p.cfg
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := p.rdb.Ping(ctx).Err(); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "redis": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, termGatherer{p}}, promhttp.HandlerOpts{}))
+	mux.Handle("/api/v1/inbox/", p.scheduler(func(w http.ResponseWriter, r *http.Request, t *term) { t.br.Handler().ServeHTTP(w, r) }))
+	mux.HandleFunc("GET /api/v1/pool", func(w http.ResponseWriter, r *http.Request) {
+		l, ok, err := pool.CurrentLeader(r.Context(), p.rdb, p.store.Keys().PoolLease())
+		if err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, apiError("unavailable", err.Error()))
+			return
+		}
+		out := map[string]any{"role": cfg.Role, "url": p.url, "scheduler": nil, "this_is_scheduler": p.term.Load() != nil}
+		if ok {
+			out["scheduler"] = l
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+	mux.HandleFunc("GET /api/v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		// A job record holds its request's payload and environment: the
+		// token is needed, unless config makes reads public (environment
+		// values are redacted then for callers without the token).
+		authorized := broker.Authorized(r, cfg.OperatorToken)
+		if !authorized && !cfg.HTTP.PublicReads && cfg.OperatorToken == "" {
+			writeJSON(w, http.StatusForbidden, apiError("forbidden",
+				"job records hold request payloads and environments: configure an operator token (or set http.public_reads)"))
+			return
+		}
+		if !authorized && !cfg.HTTP.PublicReads {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="computeboard"`)
+			writeJSON(w, http.StatusUnauthorized, apiError("unauthorized",
+				"job records hold request payloads and environments: send Authorization: Bearer <operator token> (or set http.public_reads)"))
+			return
+		}
+		j, err := p.jobs.Get(r.Context(), r.PathValue("id"))
+		if errors.Is(err, jobs.ErrNotFound) {
+			writeJSON(w, http.StatusNotFound, apiError("not_found", "no job "+r.PathValue("id")))
+			return
+		}
+		if err != nil {
+			writeJSON(w, http.StatusInternalServerError, apiError("internal", err.Error()))
+			return
+		}
+		if !authorized {
+			j = broker.RedactJob(j)
+		}
+		writeJSON(w, http.StatusOK, j)
+	})
+	mux.HandleFunc("GET /api/v1/jobs/{id}/explain", p.scheduler(func(w http.ResponseWriter, r *http.Request, t *term) {
+		e, ok := t.sched.Explanations()[r.PathValue("id")]
+		if !ok {
+			writeJSON(w, http.StatusNotFound, apiError("not_found", "job "+r.PathValue("id")+" is not pending"))
+			return
+		}
+		writeJSON(w, http.StatusOK, dispatch.ExplanationJSON(e))
+	}))
+	mux.HandleFunc("GET /api/v1/scheduler", p.scheduler(func(w http.ResponseWriter, r *http.Request, t *term) {
+		writeJSON(w, http.StatusOK, t.sched.Stats(t.br.Inbox().Len()))
+	}))
+	mux.HandleFunc("GET /api/v1/nodes", p.scheduler(func(w http.ResponseWriter, r *http.Request, t *term) {
+		writeJSON(w, http.StatusOK, map[string]any{"nodes": t.sched.NodeViews()})
+	}))
+	return mux
+}
+
+// termGatherer gathers the current term's metrics (none when this adapter
+// is not the scheduler).
+type termGatherer struct{ p *poolMember }
+
+func (g termGatherer) Gather() ([]*dto.MetricFamily, error) {
+	if t := g.p.term.Load(); t != nil {
+		return t.reg.Gather()
+	}
+	return nil, nil
+}
+
+// poolCollector exports the scheduler's figures to Prometheus.
+type poolCollector struct {
+	sched  *dispatch.Scheduler
+	depth  func() int
+	util   *prometheus.Desc
+	jobs   *prometheus.Desc
+	nodes  *prometheus.Desc
+	future *prometheus.Desc
+}
+
+func newPoolCollector(s *dispatch.Scheduler, depth func() int) *poolCollector {
+	return &poolCollector{sched: s, depth: depth,
+		util:  prometheus.NewDesc("computeboard_pool_utilization_ratio", "Allocated fraction of the pool by resource.", []string{"resource"}, nil),
+		jobs:  prometheus.NewDesc("computeboard_jobs", "Jobs by state (pending, running) and counters (completed, failed, cancelled) since this scheduler term began.", []string{"state"}, nil),
+		nodes: prometheus.NewDesc("computeboard_pool_nodes", "Registered nodes by health.", []string{"health"}, nil),
+		future: prometheus.NewDesc("computeboard_future_timestamps_total",
+			"Requests whose entry timestamp was after their acceptance (a poster's clock ahead, or milliseconds sent as seconds); their wait is counted from acceptance.", nil, nil),
+	}
+}
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.util
+	ch <- c.jobs
+	ch <- c.nodes
+	ch <- c.future
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.future, prometheus.CounterValue, float64(c.sched.FutureStamps()))
+	s := c.sched.Stats(c.depth())
+	for k, v := range s.Utilization {
+		ch <- prometheus.MustNewConstMetric(c.util, prometheus.GaugeValue, v, k)
+	}
+	for k, v := range map[string]int{"pending": s.Jobs.PendingJobs, "running": s.Jobs.RunningJobs,
+		"completed": s.Jobs.CompletedJobs, "failed": s.Jobs.FailedJobs, "cancelled": s.Jobs.CancelledJobs} {
+		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(v), k)
+	}
+	ch <- prometheus.MustNewConstMetric(c.nodes, prometheus.GaugeValue, float64(s.Healthy), "healthy")
+	ch <- prometheus.MustNewConstMetric(c.nodes, prometheus.GaugeValue, float64(s.Nodes-s.Healthy), "unhealthy")
+}
+
+var _ providers.Provider = (*fake.Provider)(nil)
