@@ -90,8 +90,8 @@ type Config struct {
 	Node      inventory.Config `yaml:"node"`
 	Pool      PoolConfig       `yaml:"pool"`
 	Scheduler SchedulerConfig  `yaml:"scheduler"`
-	Telemetry TelemetryConfig `yaml:"telemetry"`
-	Broker    BrokerConfig    `yaml:"broker"`
+	Telemetry TelemetryConfig  `yaml:"telemetry"`
+	Broker    BrokerConfig     `yaml:"broker"`
 	// Accounts sets fair-share shares (default: one account per module,
 	// share 1).
 	Accounts []AccountConfig `yaml:"accounts"`

@@ -21,15 +21,15 @@ import (
 
 	"github.com/computeboard/computeboard/blackboard"
 	"github.com/computeboard/computeboard/internal/clock"
-	"github.com/computeboard/computeboard/pool"
 	"github.com/computeboard/computeboard/jobs"
+	"github.com/computeboard/computeboard/pool"
 	"github.com/computeboard/computeboard/providers/local"
 	"github.com/computeboard/computeboard/wire"
 )
 
 type serveFlags struct {
 	config, redisURL, embedded, listen, board, consumer, node, logLevel, role string
-	fakeNodes                                                              int
+	fakeNodes                                                                 int
 }
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
