@@ -397,7 +397,10 @@ func (a *Agent) pollOnce(ctx context.Context) {
 			a.log.Warn("poll", "job", t.rec.JobID, "err", err)
 			continue
 		}
-		if t.stop != "" && !st.State.Terminal() {
+		a.mu.Lock()
+		stopping := t.stop
+		a.mu.Unlock()
+		if stopping != "" && !st.State.Terminal() {
 			a.stopTask(ctx, t)
 		}
 		if st.State.Terminal() {
@@ -430,6 +433,9 @@ func (a *Agent) neverStarted(ctx context.Context, t *task) {
 		return
 	}
 	a.log.Info("requeued a job whose task never started", "job", t.rec.JobID)
+	if err == nil {
+		a.report(ctx, t.node, t.rec.JobID, pool.EventEnded, wire.JobQueued)
+	}
 	a.count(func(s *Stats) { s.Requeued++ })
 	a.untrack(ctx, t)
 }
@@ -453,7 +459,11 @@ func (a *Agent) finish(ctx context.Context, t *task, st providers.Status) {
 		u.Error = &wire.JobError{Code: code, Message: firstNonEmpty(st.Error, exitMessage(st.ExitCode))}
 	case providers.StateCancelled:
 		to = wire.JobCancelled
-		u.Error = &wire.JobError{Code: "cancelled", Message: firstNonEmpty(st.Error, firstNonEmpty(t.stop, "stopped on request"))}
+		a.mu.Lock()
+		why := t.stop
+		a.mu.Unlock()
+		// The stop order's reason says why (a retracted request, say).
+		u.Error = &wire.JobError{Code: "cancelled", Message: firstNonEmpty(why, firstNonEmpty(st.Error, "stopped on request"))}
 	case providers.StateLost:
 		to = wire.JobFailed
 		u.Error = &wire.JobError{Code: "lost", Message: firstNonEmpty(st.Error, "the process could no longer be observed")}

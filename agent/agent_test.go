@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -618,5 +619,59 @@ func TestNewChecksConfig(t *testing.T) {
 	}
 	if a.cfg.ID != "n1" || !slices.Equal(a.Nodes(), []string{"n1"}) {
 		t.Errorf("id %q nodes %v", a.cfg.ID, a.Nodes())
+	}
+}
+
+// stubProvider runs every task forever; Stop only counts.
+type stubProvider struct {
+	mu    sync.Mutex
+	stops int
+}
+
+func (p *stubProvider) Start(_ context.Context, t providers.Task) (providers.Handle, error) {
+	return providers.Handle{Provider: "stub", ID: t.ID}, nil
+}
+
+func (p *stubProvider) Poll(context.Context, providers.Handle) (providers.Status, error) {
+	return providers.Status{State: providers.StateRunning}, nil
+}
+
+func (p *stubProvider) Stop(context.Context, providers.Handle) error {
+	p.mu.Lock()
+	p.stops++
+	p.mu.Unlock()
+	return nil
+}
+
+// TestStopOrderWhilePolling: stop orders (the orders goroutine) and polls
+// (the poll goroutine) of the same task run at once, as in Run; each stop
+// reaches the provider. Run with -race: the stop reason the order records
+// must be read under the agent's lock.
+func TestStopOrderWhilePolling(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	prov := &stubProvider{}
+	a := e.agent(prov, nil)
+	a.tasks["j"] = &task{rec: jobs.Job{JobData: wire.JobData{JobID: "j", Status: wire.JobRunning}}, node: "n1",
+		handle: providers.Handle{Provider: "stub", ID: "j-1"}, prov: prov}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for range 200 {
+			a.order(e.ctx, pool.Message{Kind: pool.KindStop, Node: "n1", JobID: "j", Reason: "request retracted"})
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for range 200 {
+			a.pollOnce(e.ctx)
+		}
+	}()
+	wg.Wait()
+	prov.mu.Lock()
+	defer prov.mu.Unlock()
+	if prov.stops < 200 {
+		t.Errorf("%d stops reached the provider, want at least one per order (200)", prov.stops)
 	}
 }

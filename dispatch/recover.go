@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/computeboard/computeboard/blackboard"
@@ -45,7 +46,26 @@ func (s *Scheduler) Recover(ctx context.Context) error {
 	}
 	s.lastNodes = s.cfg.Clock.Now()
 	s.lastRescan = s.lastNodes
-	return s.adopt(ctx)
+	if err := s.adopt(ctx); err != nil {
+		return err
+	}
+	// Nodes already lost when the term began: their running jobs, just
+	// adopted, end now.
+	s.mu.Lock()
+	var lost []string
+	for name, h := range s.health {
+		if h.lost {
+			lost = append(lost, name)
+		}
+	}
+	s.mu.Unlock()
+	slices.Sort(lost)
+	for _, n := range lost {
+		if err := s.nodeLost(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // rescan re-reads the active jobs and adopts what reports missed.
@@ -137,6 +157,7 @@ func (s *Scheduler) adopt(ctx context.Context) error {
 					}
 					listed[j.Node] = set
 				}
+				t.started = s.cfg.Clock.Now() // AssignTimeout counts from this term
 				if set[j.JobID] && s.hold(t, pl.Node, pl.GPUs, pl.MIG, pl.NUMA, PhaseAssigned) {
 					t.placement = pl
 					continue

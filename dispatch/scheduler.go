@@ -160,7 +160,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	err := s.loop(ctx, cancel)
 	cancel(err)
 	<-errc
-	s.saveState(context.WithoutCancel(ctx), true)
+	if !fenced(err) { // a deposed term must not overwrite its successor's checkpoint
+		s.saveState(context.WithoutCancel(ctx), true)
+	}
 	if err == nil {
 		err = context.Cause(ctx)
 		if errors.Is(err, context.Canceled) {
@@ -352,6 +354,8 @@ func (s *Scheduler) applyReports(ctx context.Context, rs []pool.Report) error {
 			continue
 		}
 		switch {
+		case r.Event == pool.EventStarted && t.phase == PhasePending:
+			look = append(look, r.JobID) // started after the scheduler took its assignment back
 		case r.Event == pool.EventStarted && t.phase == PhaseAssigned:
 			s.setPhaseLocked(t, PhaseRunning)
 			t.rec.Status = wire.JobRunning
@@ -371,7 +375,7 @@ func (s *Scheduler) applyReports(ctx context.Context, rs []pool.Report) error {
 			default:
 				look = append(look, r.JobID)
 			}
-		case r.Event == pool.EventRefused && t.phase == PhaseAssigned:
+		case r.Event == pool.EventRefused && t.phase == PhaseAssigned && r.Node == t.placement.Node:
 			look = append(look, r.JobID)
 		}
 		s.mu.Unlock()
@@ -398,6 +402,7 @@ func (s *Scheduler) countEndLocked(t *tracked, st wire.JobStatus, now time.Time)
 // a queued job not pending becomes pending, a job that ended is dropped.
 func (s *Scheduler) reload(ctx context.Context, ids []string) error {
 	now := s.cfg.Clock.Now()
+	var needPlacement []jobs.Job
 	for _, id := range ids {
 		rec, err := s.jobs.Get(ctx, id)
 		if errors.Is(err, jobs.ErrNotFound) {
@@ -417,6 +422,11 @@ func (s *Scheduler) reload(ctx context.Context, ids []string) error {
 		case ok && rec.Status.Terminal():
 			s.countEndLocked(t, rec.Status, now)
 			s.dropLocked(t, now)
+		case ok && rec.Status == wire.JobRunning && (t.phase != PhaseRunning || rec.Node != t.placement.Node):
+			// It started where an earlier assignment sent it (the report
+			// came after the scheduler took that assignment back): it
+			// holds that node's resources from now on.
+			needPlacement = append(needPlacement, rec)
 		case ok && rec.Status == wire.JobQueued && t.phase == PhaseAssigned && rec.Node != t.placement.Node:
 			s.setPhaseLocked(t, PhasePending)
 		case ok && rec.Status == wire.JobQueued && t.phase == PhaseAssigned:
@@ -428,6 +438,46 @@ func (s *Scheduler) reload(ctx context.Context, ids []string) error {
 		if !ok && rec.Status == wire.JobQueued {
 			s.addPending(ctx, rec)
 		}
+	}
+	return s.holdStarted(ctx, needPlacement)
+}
+
+// holdStarted records jobs found running as holding the resources of the
+// node they run on, with the devices stored with their placement.
+func (s *Scheduler) holdStarted(ctx context.Context, recs []jobs.Job) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	ids := make([]string, len(recs))
+	for i, r := range recs {
+		ids[i] = r.JobID
+	}
+	pls, err := s.orders.Placements(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		s.mu.Lock()
+		t, ok := s.jobs_[rec.JobID]
+		if ok {
+			if t.phase == PhasePending {
+				s.pendingN--
+			} else {
+				s.ledger.Release(rec.JobID)
+			}
+			t.rec = rec
+		}
+		s.mu.Unlock()
+		if !ok {
+			continue
+		}
+		pl, has := pls[rec.JobID]
+		if !has || pl.Node != rec.Node {
+			pl = providers.Placement{Node: rec.Node, NUMA: -1}
+		}
+		t.started = epochOr(rec.StartedAt, s.cfg.Clock.Now())
+		s.hold(t, rec.Node, pl.GPUs, pl.MIG, pl.NUMA, PhaseRunning)
+		t.placement = pl
 	}
 	return nil
 }

@@ -441,10 +441,10 @@ func TestFenced(t *testing.T) {
 		{name: "cancel a pending job", setup: busy, act: func(h *harness) { h.s.OnCancel("j1") }, want: jobs.ErrFenced},
 		{name: "stop a running job", setup: busy, act: func(h *harness) { h.s.OnCancel("j0") }, want: pool.ErrFenced},
 		{name: "final rejection", want: jobs.ErrFenced, setup: func(t *testing.T) *harness {
-			h := newHarness(t, nil)
+			h := newHarness(t, func(c *Config) { c.Policy.DeadlineAction = engine.DeadlineReject })
 			h.nodes.add(cpuNode("a", 4, 8192))
 			h.mustCycle()
-			h.submit(h.newJob("big", 64, 1))
+			h.submit(h.newJob("late", 1, 1, withDeadline(t0.Add(-time.Hour))))
 			return h
 		}},
 		{name: "node lost", setup: busy, want: jobs.ErrFenced, act: func(h *harness) {
@@ -815,10 +815,11 @@ func TestClassFitWaits(t *testing.T) {
 }
 
 // TestFinalRejections: what can never run as asked ends: deadline
-// infeasible (under DeadlineReject) → expired, impossible or no such GPU
-// → failed, a request the resolver no longer accepts → failed, a gang
-// still incomplete after GangTimeout → failed; an incomplete gang waits
-// before that, a complete one starts together.
+// infeasible (under DeadlineReject) → expired, a request the resolver no
+// longer accepts → failed, a gang still incomplete after GangTimeout →
+// failed; an incomplete gang waits before that, a complete one starts
+// together; a request no registered node can run (impossible, no such GPU)
+// waits.
 func TestFinalRejections(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -829,10 +830,10 @@ func TestFinalRejections(t *testing.T) {
 	}{
 		{name: "deadline infeasible", jobs: []jobs.Job{{JobData: wire.JobData{JobID: "late"}}},
 			changes: []string{"scheduler late: queued→expired (deadline-infeasible)"}},
-		{name: "impossible", jobs: []jobs.Job{{JobData: wire.JobData{JobID: "big"}}},
-			changes: []string{"scheduler big: queued→failed (impossible)"}},
-		{name: "no such GPU", jobs: []jobs.Job{{JobData: wire.JobData{JobID: "gpu"}}},
-			changes: []string{"scheduler gpu: queued→failed (no-such-gpu)"}},
+		// What no registered node can run waits (the pool may grow; the
+		// intake's Admission refuses what nothing could ever run).
+		{name: "impossible now waits", jobs: []jobs.Job{{JobData: wire.JobData{JobID: "big"}}}},
+		{name: "no such GPU now waits", jobs: []jobs.Job{{JobData: wire.JobData{JobID: "gpu"}}}},
 		{name: "template gone", jobs: []jobs.Job{{JobData: wire.JobData{JobID: "gone"}}},
 			changes: []string{"scheduler gone: queued→failed (unknown_template)"}},
 		{name: "incomplete gang waits", jobs: []jobs.Job{{JobData: wire.JobData{JobID: "g1"}}, {JobData: wire.JobData{JobID: "g2"}}},

@@ -81,6 +81,10 @@ if ARGV[2] == 'queued' and ARGV[3] == 'running' then
     return { 2, redis.call('HGETALL', KEYS[1]) }
   end
 end
+-- A lost job's true outcome (failed/lost -> succeeded) carries no error.
+if ARGV[2] == 'failed' and ARGV[3] == 'succeeded' then
+  redis.call('HDEL', KEYS[1], 'error')
+end
 local fields = { 'status', ARGV[3] }
 for i = 10, #ARGV do
   fields[#fields + 1] = ARGV[i]
