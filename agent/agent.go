@@ -50,6 +50,7 @@ type Resolver func(wire.Request) (Command, *wire.Error)
 type JobStore interface {
 	Get(ctx context.Context, jobID string) (jobs.Job, error)
 	Transition(ctx context.Context, jobID string, from, to wire.JobStatus, u jobs.Update) (jobs.Job, error)
+	SetHandles(ctx context.Context, hs []jobs.HandleSet) []error
 }
 
 // Node is one node this agent serves.
@@ -89,6 +90,9 @@ type Agent struct {
 type Stats struct {
 	Started, Refused, Succeeded, Failed, Cancelled, Requeued, Corrected int
 	Running                                                             int
+	// Acknowledged counts the starts whose order was acknowledged (the
+	// handle stored and the start reported before it).
+	Acknowledged int
 }
 
 // task is one job this agent started or re-attached.
@@ -222,11 +226,12 @@ func (a *Agent) orders(ctx context.Context) error {
 // are done; false if some must be tried again.
 func (a *Agent) handle(ctx context.Context, msgs []pool.Message) bool {
 	done := make([]bool, len(msgs))
+	started := make([]*task, len(msgs))
 	var g errgroup.Group
 	g.SetLimit(a.cfg.Workers)
 	for i, m := range msgs {
 		g.Go(func() error {
-			done[i] = a.order(ctx, m)
+			done[i], started[i] = a.order(ctx, m)
 			return nil
 		})
 	}
@@ -237,22 +242,59 @@ func (a *Agent) handle(ctx context.Context, msgs []pool.Message) bool {
 			ack = append(ack, m)
 		}
 	}
-	// A start cut short by shutdown is finished (see start); acknowledge
-	// with a context of its own.
+	// A start cut short by shutdown is finished (see start): the rest of
+	// the batch's writes get a context of their own.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	a.started(actx, started)
 	if err := a.cfg.Channel.Ack(actx, ack...); err != nil {
 		a.log.Warn("acknowledge orders", "err", err)
 		return false
 	}
+	n := 0
+	for _, t := range started {
+		if t != nil {
+			n++
+		}
+	}
+	a.count(func(s *Stats) { s.Acknowledged += n })
 	return len(ack) == len(msgs)
 }
 
+// started stores the handles of the tasks a batch of orders started and
+// reports the starts, one pipeline each. A handle not stored (a crash
+// here) is rebuilt from the task ID at re-attach, which the local
+// provider supports; the report is a hint (the scheduler rescans).
+func (a *Agent) started(ctx context.Context, ts []*task) {
+	var hs []jobs.HandleSet
+	var rs []pool.Report
+	for _, t := range ts {
+		if t == nil {
+			continue
+		}
+		hb, _ := json.Marshal(t.handle)
+		hs = append(hs, jobs.HandleSet{JobID: t.rec.JobID, Node: t.node, Handle: string(hb)})
+		rs = append(rs, pool.Report{JobID: t.rec.JobID, Node: t.node, Event: pool.EventStarted, Status: string(wire.JobRunning)})
+	}
+	if len(hs) == 0 {
+		return
+	}
+	for i, err := range a.cfg.Jobs.SetHandles(ctx, hs) {
+		if err != nil && !errors.Is(err, jobs.ErrConflict) {
+			a.log.Warn("store handle", "job", hs[i].JobID, "err", err)
+		}
+	}
+	if err := a.cfg.Channel.Report(ctx, rs...); err != nil {
+		a.log.Warn("report starts", "jobs", len(rs), "err", err)
+	}
+}
+
 // order handles one order; false: leave it unacknowledged, to try again.
-func (a *Agent) order(ctx context.Context, m pool.Message) bool {
+// A start it made returns the task, for started.
+func (a *Agent) order(ctx context.Context, m pool.Message) (bool, *task) {
 	if m.Err != nil {
 		a.log.Error("dropping malformed order", "err", m.Err)
-		return true
+		return true, nil
 	}
 	switch m.Kind {
 	case pool.KindStop:
@@ -265,23 +307,23 @@ func (a *Agent) order(ctx context.Context, m pool.Message) bool {
 		if t != nil {
 			a.stopTask(ctx, t)
 		}
-		return true
+		return true, nil
 	default:
 		return a.start(ctx, m)
 	}
 }
 
 // start runs one start order.
-func (a *Agent) start(ctx context.Context, m pool.Message) bool {
+func (a *Agent) start(ctx context.Context, m pool.Message) (bool, *task) {
 	a.mu.Lock()
 	_, known := a.tasks[m.JobID]
 	a.mu.Unlock()
 	if known {
-		return true // a repeated order
+		return true, nil // a repeated order
 	}
 	node, ok := a.nodes[m.Node]
 	if !ok {
-		return true
+		return true, nil
 	}
 	// Once the compare-and-set is made the start is finished, even if the
 	// agent is stopping: cut short, the record would say running with no task.
@@ -293,19 +335,18 @@ func (a *Agent) start(ctx context.Context, m pool.Message) bool {
 		a.report(sctx, m.Node, m.JobID, pool.EventEnded, wire.JobCancelled)
 		_ = a.cfg.Channel.Settle(sctx, m.Node, m.JobID)
 		a.count(func(s *Stats) { s.Cancelled++ })
-		return true
+		return true, nil
 	case errors.Is(err, jobs.ErrConflict) || errors.Is(err, jobs.ErrNotFound):
 		// Not queued on this node any more: cancelled, moved elsewhere by
 		// the scheduler, or already started by this node before a restart
 		// (Recover re-attached it).
 		a.refused(sctx, m)
-		return true
+		return true, nil
 	case err != nil:
 		a.log.Warn("start: transition", "job", m.JobID, "err", err)
-		return false
+		return false, nil
 	}
-	a.launch(sctx, node, rec, m.Placement)
-	return true
+	return true, a.launch(sctx, node, rec, m.Placement)
 }
 
 // refused settles an order the job record refused.
@@ -322,14 +363,15 @@ func (a *Agent) refused(ctx context.Context, m pool.Message) {
 	a.count(func(s *Stats) { s.Refused++ })
 }
 
-// launch starts the task of a job now recorded running on node.
-func (a *Agent) launch(ctx context.Context, node Node, rec jobs.Job, pl providers.Placement) {
+// launch starts the task of a job now recorded running on node; the task,
+// or nil when it could not start (the job is recorded failed then).
+func (a *Agent) launch(ctx context.Context, node Node, rec jobs.Job, pl providers.Placement) *task {
 	name := node.Record.Name
 	cmd, werr := a.cfg.Resolve(rec.Request)
 	if werr != nil {
 		a.end(ctx, &task{rec: rec, node: name}, wire.JobFailed, jobs.Update{
 			Error: &wire.JobError{Code: string(werr.Code), Message: "this node refuses the request: " + werr.Message}})
-		return
+		return nil
 	}
 	t := providers.Task{
 		ID:      TaskID(rec.JobID, rec.Attempt),
@@ -352,18 +394,14 @@ func (a *Agent) launch(ctx context.Context, node Node, rec jobs.Job, pl provider
 	if err != nil {
 		a.end(ctx, &task{rec: rec, node: name}, wire.JobFailed, jobs.Update{
 			Error: &wire.JobError{Code: "start_failed", Message: err.Error()}})
-		return
+		return nil
 	}
 	tk := &task{rec: rec, node: name, handle: h, prov: node.Provider}
 	a.mu.Lock()
 	a.tasks[rec.JobID] = tk
 	a.stats.Started++
 	a.mu.Unlock()
-	hb, _ := json.Marshal(h)
-	if _, err := a.cfg.Jobs.Transition(ctx, rec.JobID, wire.JobRunning, wire.JobRunning, jobs.Update{Handle: string(hb)}); err != nil {
-		a.log.Warn("store handle", "job", rec.JobID, "err", err)
-	}
-	a.report(ctx, name, rec.JobID, pool.EventStarted, wire.JobRunning)
+	return tk
 }
 
 // pollLoop polls the running tasks every Poll.

@@ -18,9 +18,12 @@ var (
 	luaAccept string
 	//go:embed lua/transition.lua
 	luaTransition string
+	//go:embed lua/handle.lua
+	luaHandle string
 )
 
 var (
 	scriptAccept     = redis.NewScript(luaLib + luaAccept)
 	scriptTransition = redis.NewScript(luaLib + luaTransition)
+	scriptHandle     = redis.NewScript(luaHandle)
 )
