@@ -193,7 +193,9 @@ func newPool(rdb *redis.Client, o options) (*benchPool, error) {
 		nodes = append(nodes, agent.Node{Record: pool.NodeRecord{Node: n, Agent: "bench", Provider: "fake", Fake: true}, Provider: prov})
 	}
 	p.agent, err = agent.New(agent.Config{ID: "bench", Nodes: nodes, Jobs: js, Channel: p.ch, Registry: p.reg, Clock: clk, Logger: log,
-		Resolve: func(wire.Request) (agent.Command, *wire.Error) { return agent.Command{Argv: []string{"/bin/true"}}, nil }})
+		Resolve: func(wire.Request) (agent.Command, *wire.Error) {
+			return agent.Command{Argv: []string{"/bin/true"}}, nil
+		}})
 	return p, err
 }
 
