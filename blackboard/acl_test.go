@@ -106,12 +106,13 @@ func TestModuleACL(t *testing.T) {
 		"write the idempotency keys": func() error {
 			return a.HSet(ctx, v.k.JobsIdem(), "k", "j").Err()
 		},
-		"write adapter state": func() error { return a.HSet(ctx, v.k.Adapters(), "n", "{}").Err() },
-		"write engine state":  func() error { return a.HSet(ctx, v.k.EngineState(), "n", "{}").Err() },
-		"write the job entry": func() error { return a.HSet(ctx, v.k.Entry(jobEntry), "status", "x").Err() },
-		"run a script":        func() error { return a.Eval(ctx, "return 1", nil).Err() },
-		"list keys":           func() error { return a.Keys(ctx, "*").Err() },
-		"delete own entry":    func() error { return a.Del(ctx, v.k.Entry(mine)).Err() },
+		"write the pool's nodes":   func() error { return a.HSet(ctx, v.k.PoolNodes(), "n", "{}").Err() },
+		"take the scheduler lease": func() error { return a.Set(ctx, v.k.PoolLease(), "9 me x", 0).Err() },
+		"write engine state":       func() error { return a.HSet(ctx, v.k.EngineState(), "n", "{}").Err() },
+		"write the job entry":      func() error { return a.HSet(ctx, v.k.Entry(jobEntry), "status", "x").Err() },
+		"run a script":             func() error { return a.Eval(ctx, "return 1", nil).Err() },
+		"list keys":                func() error { return a.Keys(ctx, "*").Err() },
+		"delete own entry":         func() error { return a.Del(ctx, v.k.Entry(mine)).Err() },
 	}
 	for name, f := range denied {
 		if err := f(); !isNoPerm(err) {

@@ -69,14 +69,6 @@ func (k Keys) Modules() string { return k.prefix + ":modules" } // HASH
 // total_expired, total_retired.
 func (k Keys) Stats() string { return k.prefix + ":stats" } // HASH
 
-// Adapters maps compute adapter node name to its JSON heartbeat (written by
-// the adapter).
-func (k Keys) Adapters() string { return k.prefix + ":adapters" } // HASH
-
-// JobsOwner maps an active job's ID to the node of the adapter that holds it
-// (written by the adapter; cleared when the job ends).
-func (k Keys) JobsOwner() string { return k.prefix + ":jobs:owner" } // HASH
-
 // EngineState maps compute adapter node name to the scheduling engine's
 // JSON checkpoint (engine.State: decayed usage, fair-queuing tags), so fair
 // share survives an adapter restart (written by package jobs).

@@ -43,7 +43,11 @@ func (s *Scheduler) refreshNodes(ctx context.Context) (bool, error) {
 		fe := en
 		fe.Unhealthy = false // a silent node is still a node the pool has
 		feasible = append(feasible, fe)
-		h := s.health[ns.Name]
+		h, known := s.health[ns.Name]
+		if !known {
+			changed = true // a new node: new capacity to publish and place on
+			s.log.Info("node registered", "node", ns.Name, "agent", ns.Agent, "provider", ns.Provider)
+		}
 		if h.unhealthy != unhealthy {
 			changed = true
 			if unhealthy {
@@ -54,7 +58,7 @@ func (s *Scheduler) refreshNodes(ctx context.Context) (bool, error) {
 		}
 		lost := silent > s.cfg.NodeTimeout
 		if lost && !h.lost {
-			lostNodes = append(lostNodes, ns.Name)
+			s.log.Warn("node lost: ending its running jobs", "node", ns.Name, "silent", silent.Round(time.Millisecond), "node_timeout", s.cfg.NodeTimeout)
 		}
 		s.health[ns.Name] = nodeHealth{lastBeat: ns.LastBeat, unhealthy: unhealthy, lost: lost, rec: ns.NodeRecord}
 		delete(s.silentSince, ns.Name)
@@ -79,24 +83,38 @@ func (s *Scheduler) refreshNodes(ctx context.Context) (bool, error) {
 			h := s.health[name]
 			h.lost = true
 			s.health[name] = h
-			lostNodes = append(lostNodes, name)
+			s.log.Warn("node lost (gone from the registry): ending its running jobs", "node", name, "node_timeout", s.cfg.NodeTimeout)
 		}
 	}
 	// Assigned but unstarted jobs on unhealthy nodes, or waiting longer
 	// than AssignTimeout, are placed again: the agent's compare-and-set
-	// checks the node, so a late start there changes nothing.
+	// checks the node, so a late start there changes nothing. Their
+	// records are read again at once: one the agent did start (its report
+	// not written yet, or never: the agent died right after its
+	// compare-and-set) holds its node again, and ends lost with it.
+	var moved []string
+	lostSet := map[string]bool{}
 	for _, t := range s.jobs_ {
-		if t.phase != PhaseAssigned {
-			continue
-		}
-		if s.health[t.placement.Node].unhealthy || now.Sub(t.started) > s.cfg.AssignTimeout {
+		switch {
+		case t.phase == PhaseAssigned && (s.health[t.placement.Node].unhealthy || now.Sub(t.started) > s.cfg.AssignTimeout):
 			s.setPhaseLocked(t, PhasePending)
 			s.stats.reassigned++
+			moved = append(moved, t.rec.JobID)
 			changed = true
+		case t.phase == PhaseRunning && s.health[t.placement.Node].lost && !lostSet[t.placement.Node]:
+			// Every refresh, not only when the node turns lost: a job
+			// found running there later ends lost too.
+			lostSet[t.placement.Node] = true
+			lostNodes = append(lostNodes, t.placement.Node)
 		}
 	}
 	s.mu.Unlock()
 	s.feasible.Store(&feasible)
+	slices.Sort(moved)
+	if err := s.reload(ctx, moved); err != nil {
+		return changed, err
+	}
+	slices.Sort(lostNodes)
 	for _, n := range lostNodes {
 		if err := s.nodeLost(ctx, n); err != nil {
 			return changed, err
@@ -122,7 +140,9 @@ func (s *Scheduler) nodeLost(ctx context.Context, node string) error {
 		}
 		return 1
 	})
-	s.log.Warn("node lost: ending its running jobs", "node", node, "jobs", len(victims), "node_timeout", s.cfg.NodeTimeout)
+	if len(victims) > 0 {
+		s.log.Warn("ending the running jobs of a lost node", "node", node, "jobs", len(victims))
+	}
 	for _, t := range victims {
 		msg := fmt.Sprintf("node %s has not been heard from for over %v", node, s.cfg.NodeTimeout)
 		to := wire.JobFailed

@@ -78,7 +78,7 @@ func (s *Scheduler) adopt(ctx context.Context) error {
 		return err
 	}
 	activeIDs := make(map[string]bool, len(active))
-	var fresh []jobs.Job
+	var fresh, started []jobs.Job
 	s.mu.Lock()
 	for _, j := range active {
 		activeIDs[j.JobID] = true
@@ -88,9 +88,8 @@ func (s *Scheduler) adopt(ctx context.Context) error {
 			fresh = append(fresh, j)
 		case t.phase == PhaseRunning && j.Status == wire.JobQueued:
 			fresh = append(fresh, j) // requeued while its report was missed
-		case t.phase == PhaseAssigned && j.Status == wire.JobRunning:
-			s.setPhaseLocked(t, PhaseRunning)
-			t.started = epochOr(j.StartedAt, t.started)
+		case t.phase != PhaseRunning && j.Status == wire.JobRunning:
+			started = append(started, j) // its report was missed
 		}
 	}
 	// Tracked jobs no longer active ended while their reports were missed.
@@ -102,6 +101,9 @@ func (s *Scheduler) adopt(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	if err := s.reload(ctx, gone); err != nil {
+		return err
+	}
+	if err := s.holdStarted(ctx, started); err != nil {
 		return err
 	}
 	if len(fresh) == 0 {

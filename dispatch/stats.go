@@ -25,7 +25,8 @@ func (s *Scheduler) Stats(inboxDepth int) Stats {
 	u := s.ledger.Utilization()
 	util := map[string]float64{}
 	for _, dim := range []engine.Dim{engine.DimCPU, engine.DimMemory, engine.DimGPU} {
-		if u[dim] > 0 || s.hasCapacityLocked(dim) {
+		// CPU and memory always (0 on an empty pool); GPU where the pool has some.
+		if dim != engine.DimGPU || u[dim] > 0 || s.hasCapacityLocked(dim) {
 			util[dim.String()] = math.Min(1, u[dim])
 		}
 	}

@@ -65,7 +65,11 @@ type proc struct {
 func startProc(t *testing.T, args ...string) *proc {
 	t.Helper()
 	out := &syncBuffer{}
-	cmd := exec.Command(adapterBinary(t), append([]string{"serve", "--log-level", "warn"}, args...)...)
+	level := "warn"
+	if l := os.Getenv("CB_TEST_LOG"); l != "" {
+		level = l // debugging: CB_TEST_LOG=debug go test ./integration -run …
+	}
+	cmd := exec.Command(adapterBinary(t), append([]string{"serve", "--log-level", level}, args...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

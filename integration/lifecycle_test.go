@@ -364,9 +364,9 @@ func TestEngineStateSurvivesRestart(t *testing.T) {
 	stop()
 
 	usage := func() map[string]float64 {
-		b, err := rdb.HGet(t.Context(), st.Keys().EngineState(), "small").Bytes()
+		b, err := rdb.HGet(t.Context(), st.Keys().EngineState(), "scheduler").Bytes()
 		if err != nil {
-			t.Fatalf("no engine checkpoint for node small: %v", err)
+			t.Fatalf("no engine checkpoint of the scheduler: %v", err)
 		}
 		var s struct {
 			Accounts map[string]struct {

@@ -34,6 +34,16 @@ func TestOperatorCommands(t *testing.T) {
 	cfg = writeConfig(t, strings.Replace(readFile(t, cfg), "scheduler:\n  interval: 50ms\n", "scheduler:\n  interval: 50ms\n  max_pending: 1\n", 1))
 	_, out := runAdapter(t, "--config", cfg, "--redis", srv.URL(), "--listen", "127.0.0.1:0")
 	api := apiURL(t, out)
+	// The scheduler's figures appear once this adapter is elected.
+	eventually(t, 10*time.Second, "the scheduler's metrics", func() bool {
+		resp, err := http.Get(api + "/metrics")
+		if err != nil {
+			return false
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return strings.Contains(string(body), "computeboard_broker_inbox_capacity")
+	})
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 		resp, err := http.Get(api + path)
 		if err != nil {

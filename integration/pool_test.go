@@ -132,9 +132,9 @@ func TestPool(t *testing.T) {
 	dir := jobDir(t)
 	url := srv.URL()
 
-	schedA := startProc(t, "--config", poolConfig(t, board, dir, "sched", ""), "--redis", url, "--role", "scheduler", "--consumer", "sched-a")
+	schedA := startProc(t, "--config", poolConfig(t, board, dir, "sched", ""), "--redis", url, "--role", "scheduler")
 	eventually(t, 10*time.Second, "sched-a elected", func() bool { _, h := leader(t, rdb, st); return h != "" })
-	schedB := startProc(t, "--config", poolConfig(t, board, dir, "sched", ""), "--redis", url, "--role", "scheduler", "--consumer", "sched-b")
+	schedB := startProc(t, "--config", poolConfig(t, board, dir, "sched", ""), "--redis", url, "--role", "scheduler")
 	_ = schedB
 	agents := map[string]*proc{}
 	for _, n := range []struct{ name, extra string }{{"cpu-a", ""}, {"cpu-b", ""}, {"gpu-1", gpuNode}} {

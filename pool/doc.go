@@ -1,8 +1,8 @@
 // Package pool is how the adapters sharing a board form one pool: the
 // scheduler lease with its fencing epoch (lease.go), the node registry
 // with heartbeats (registry.go), each node's durable assignment channel
-// from the scheduler to the node's agent (channel.go) and the agents'
-// report stream back to the scheduler (reports.go).
+// from the scheduler to the node's agent, and the agents' report stream
+// back to the scheduler (both in channel.go).
 //
 // Exactly one adapter acts as the scheduler at a time: it holds the lease,
 // a Redis STRING with an expiry that it renews, and every lease acquisition

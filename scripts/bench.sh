@@ -4,7 +4,9 @@
 # The durable-intake part (post→durable job against asynq's enqueue→handler)
 # starts its own redis-server on a unix socket and stops it on exit.
 # BENCH_ONLY=durable runs only that part; INTAKE_N (default 10000) and
-# PACED_N (default 5000) bound its request counts.
+# PACED_N (default 5000) bound its request counts. BENCH_ONLY=pool runs only
+# the pool scheduler (cmd/poolbench: POOL_NODES fake nodes, default 1000;
+# POOL_N jobs, default 20000; POOL_RATE jobs/s for the latency part).
 # These machines are noisy: read ratios, not absolute numbers, and run it
 # twice before believing a change.
 set -euo pipefail
@@ -44,6 +46,22 @@ durable() { # post→durable job (cmd/cbbench) against asynq (bench/peers/asynq)
   trap - EXIT
 }
 
+poolrun() { # the scheduler with fake nodes through real Redis (cmd/poolbench), next to the bare Redis work
+  local bin=$PWD/$out/bin
+  mkdir -p "$bin"
+  echo "== pool: building cmd/poolbench" >&2
+  $GO build -o "$bin/poolbench" ./cmd/poolbench
+  pool_dir=$(mktemp -d)
+  redis-server --port 0 --unixsocket "$pool_dir/r.sock" --save "" --appendonly no >"$pool_dir/redis.log" 2>&1 &
+  pool_pid=$!
+  trap 'kill "$pool_pid" 2>/dev/null; wait "$pool_pid" 2>/dev/null; rm -rf "$pool_dir"' EXIT
+  for _ in $(seq 100); do [ -S "$pool_dir/r.sock" ] && break; sleep 0.05; done
+  "$bin/poolbench" -network unix -redis "$pool_dir/r.sock" -nodes "$POOL_NODES" -n "$POOL_N" -rate "$POOL_RATE" -secs 5 | tee "$out/pool.txt" >&2
+  kill "$pool_pid"; wait "$pool_pid" 2>/dev/null || true
+  rm -rf "$pool_dir"
+  trap - EXIT
+}
+
 # kv FILE SIDE CLIENTS RATE KEY: the value of KEY on durable.txt's line for that side and load.
 kv() {
   awk -v side="side=$2" -v cl="clients=$3" -v rate="rate=$4" -v key="$5" '
@@ -54,10 +72,27 @@ times() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "x%.2f", a / b; els
 
 INTAKE_N=${INTAKE_N:-10000}
 PACED_N=${PACED_N:-5000}
+POOL_NODES=${POOL_NODES:-1000}
+POOL_N=${POOL_N:-20000}
+POOL_RATE=${POOL_RATE:-2000}
+# pkv KEY PART: the value of KEY on pool.txt's line for that part.
+pkv() { awk -v part="part=$2" -v key="$1" '{ p = 0; for (i = 1; i <= NF; i++) if ($i == part) p = 1 } p { for (i = 1; i <= NF; i++) if (index($i, key "=") == 1) { print substr($i, length(key) + 2); exit } }' "$out/pool.txt"; }
+pool_summary() {
+  echo "pool: the scheduler placing $POOL_N queued jobs on $POOL_NODES fake nodes through real Redis (assignment written, agent's compare-and-set, handle, report and ack):"
+  printf 'pool scheduler  %7s assignments/s   bare Redis (XADD, XREADGROUP, XACK) %7s/s = x%s of it; accepted→running at %s jobs/s: p50 %s ms, p99 %s ms\n' \
+    "$(pkv assignments_per_s throughput)" "$(pkv assignments_per_s baseline)" "$(pkv ratio_to_baseline throughput)" "$POOL_RATE" "$(pkv p50_ms latency)" "$(pkv p99_ms latency)"
+}
+if [ "${BENCH_ONLY:-}" = pool ]; then
+  poolrun
+  echo
+  pool_summary
+  exit 0
+fi
 if [ "${BENCH_ONLY:-}" != durable ]; then
   run blackboard ./blackboard 'Post|Query|Baseline' 2s
   run broker     ./broker     'Intake|Accept|Baseline' 20000x
   run engine     ./engine     'Schedule' 3x
+  poolrun
 fi
 durable
 
@@ -81,6 +116,7 @@ printf 'post→accepted at a paced 1,000 req/s, 10 clients, %s requests: p50 %s 
   "$PACED_N" "$(kv "$du" computeboard 10 1000 p50_us)" "$(kv "$du" computeboard 10 1000 p99_us)" \
   "$(kv "$du" asynq 10 1000 p50_us)" "$(kv "$du" asynq 10 1000 p99_us)"
 [ "${BENCH_ONLY:-}" = durable ] && exit 0
+pool_summary
 
 bb=$out/blackboard.txt
 xadd=$(metric "$bb" '^BenchmarkBaselineXADD' 'ops/s')

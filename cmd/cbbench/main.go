@@ -7,9 +7,8 @@
 //
 // Posters: -clients goroutines share one go-redis client and call
 // Store.Post, one request per call, each as its own module (poster<i>).
-// Intake: one loop calling Broker.NextBatch(64) and Broker.AcceptBatch,
-// then recording the job holder (one HSET per batch), as the adapter's
-// Intake does (internal/adapter/dispatch.go). The store and the broker run
+// Intake: one loop calling Broker.NextBatch(64) and Broker.AcceptBatch, as
+// the scheduler's intake does (dispatch/intake.go). The store and the broker run
 // with the adapter's defaults except the per-module admission limits
 // (ModuleRate, ModuleMaxWaiting), which are off: with them a single fast
 // poster is rejected (rate_limited, inbox_full) and the run measures the
@@ -149,7 +148,6 @@ func measure(ctx context.Context, rdb *redis.Client, o options) (result, error) 
 	start := time.Now()
 	var end time.Time
 	g.Go(func() error { // the adapter's intake loop
-		owners, node := store.Keys().JobsOwner(), "cbbench"
 		left := o.n
 		for left > 0 {
 			ds, err := br.NextBatch(gctx, intakeBatch)
@@ -158,7 +156,6 @@ func measure(ctx context.Context, rdb *redis.Client, o options) (result, error) 
 			}
 			results := br.AcceptBatch(gctx, ds)
 			now := time.Now()
-			held := make([]any, 0, 2*len(results))
 			for i, r := range results {
 				if r.Err != nil {
 					return fmt.Errorf("accept %s: %w", ds[i].EntryID, r.Err)
@@ -171,13 +168,7 @@ func measure(ctx context.Context, rdb *redis.Client, o options) (result, error) 
 					return fmt.Errorf("accept: unknown request %s", ds[i].EntryID)
 				}
 				lat[k] = time.Duration(now.UnixNano() - sent[k].Load())
-				held = append(held, r.Job.JobID, node)
 				left--
-			}
-			if len(held) > 0 {
-				if err := rdb.HSet(gctx, owners, held...).Err(); err != nil {
-					return fmt.Errorf("record job holders: %w", err)
-				}
 			}
 		}
 		end = time.Now()

@@ -31,6 +31,8 @@ func configKeys(prefix string, t reflect.Type) []string {
 			out = append(out, configKeys(key+".", ft)...)
 		case ft.Kind() == reflect.Map && ft.Elem().Kind() == reflect.Struct:
 			out = append(out, configKeys(key+".<name>.", ft.Elem())...)
+		case ft.Kind() == reflect.Slice && ft.Elem() == reflect.TypeFor[inventory.Config]():
+			out = append(out, key) // a list of node sections: the keys of `node`
 		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
 			out = append(out, configKeys(key+"[].", ft.Elem())...)
 		default:
