@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -77,6 +78,13 @@ type Config struct {
 	// Empty (the default) watches tasks in this process: a task that ends
 	// while no adapter is running is then reported lost.
 	SupervisorPath string
+	// Cgroups confines each task in a control group of its own: its
+	// CPUCores as a CPU quota, its MemoryBytes as a memory limit without
+	// swap, its Placement.CPUs as a CPU set, and a stop that kills every
+	// process it started. The zero value confines tasks under
+	// DefaultCgroupParent where the machine allows it (as root, on Linux);
+	// see Provider.Confinement for what is enforced.
+	Cgroups Cgroups
 }
 
 // withDefaults returns cfg with defaults filled in, or why it is invalid.
@@ -134,6 +142,11 @@ func (cfg Config) withDefaults() (Config, error) {
 			return cfg, fmt.Errorf("local: config: SupervisorPath %s is not an executable file", cfg.SupervisorPath)
 		}
 	}
+	parent := strings.Trim(filepath.Clean("/"+cfg.Cgroups.Parent), "/")
+	if parent == "" {
+		parent = DefaultCgroupParent
+	}
+	cfg.Cgroups.Parent = parent
 	return cfg, nil
 }
 

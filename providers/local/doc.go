@@ -4,13 +4,14 @@
 // Each task gets its own process group (so a stop reaches every process it
 // spawned) and a directory <WorkDir>/<task id> holding stdout, stderr,
 // payload, work (the task's own directory), and small JSON records: state
-// (the task's pid, process start time and boot ID, and its supervisor's
-// pid and start time, written when it starts), exit (the outcome, with
-// any output dropped past the cap), and stop (a stop request, for the
-// supervisor). CPU and memory are not enforced yet (cgroups are roadmap
-// item 5); GPU IDs are exported as CUDA_VISIBLE_DEVICES. Discover sizes
-// the local node; Prune removes the directories of tasks that ended
-// before a cutoff (the adapter's retention).
+// (the task's pid, process start time and boot ID, its supervisor's pid
+// and start time, and its cgroup, written when it starts), exit (the
+// outcome, with any output dropped past the cap), and stop (a stop
+// request, for the supervisor). Each task also runs in a control group of its own, which
+// enforces its CPU, memory and CPU-set reservation and lets a stop reach
+// every process it started (see Confinement). Discover sizes the local
+// node; Prune removes the directories of tasks that ended before a cutoff
+// (the adapter's retention).
 //
 // # Who a task runs as, and what it can reach
 //
@@ -25,8 +26,12 @@
 //
 // A task's environment is only Config.Env, then HOME (the task's work
 // directory), USER and LOGNAME (its user's name), then Task.Env (which may
-// set those three), then CUDA_VISIBLE_DEVICES and COMPUTEBOARD_PAYLOAD,
-// which the provider sets last. Nothing is inherited from the adapter's
+// set those three), then CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES and
+// COMPUTEBOARD_PAYLOAD, which the provider sets last. The two GPU
+// variables list the task's Placement.GPUs then Placement.MIG (UUIDs), in
+// order; a task placed on no GPU gets CUDA_VISIBLE_DEVICES="" and
+// NVIDIA_VISIBLE_DEVICES=void, so it sees none. (They steer CUDA and the
+// NVIDIA container runtime; they do not stop a task opening /dev/nvidia*.) Nothing is inherited from the adapter's
 // own environment, and the supervisor runs with an empty one. Running as
 // another user, a task cannot read the adapter's /proc/<pid>/environ,
 // memory or files.
@@ -74,6 +79,44 @@
 // (RLIMIT_FSIZE) would cap every file the task writes and kill it with
 // SIGXFSZ, so it is not used.
 //
+// # Confinement
+//
+// Config.Cgroups (zero value: on) puts each task in a cgroup of its own,
+// <hierarchy>/<Cgroups.Parent>/<provider name>/<task id>, Parent being
+// "computeboard" by default, a path from the root of each cgroup
+// hierarchy (the provider makes it, and enables the controllers it needs
+// on the way down, on cgroup v2). In it:
+//
+//   - Resources.CPUCores is a CFS quota: CPUCores × 100ms per 100ms
+//     (cpu.max on v2, cpu.cfs_quota_us and cpu.cfs_period_us on v1);
+//   - Resources.MemoryBytes is a hard memory limit, with swap off
+//     (memory.max and memory.swap.max=0; memory.limit_in_bytes and
+//     memory.memsw.limit_in_bytes, or memory.swappiness=0 without memsw).
+//     A task whose process the kernel kills for going over it ends
+//     StateFailed with Status.OOMKilled (the cgroup's oom_kill count, read
+//     by the supervisor and kept in the exit record);
+//   - Placement.CPUs is its cpuset, and Placement.NUMA (when ≥ 0) its
+//     memory node; empty, the parent's;
+//   - a stop or timeout reaches every process in the cgroup, those that
+//     left the task's process group (setsid) included: SIGTERM to each,
+//     then after KillGrace cgroup.kill (v2), or a freeze, SIGKILL to each
+//     and a thaw (v2's cgroup.freeze, v1's freezer). A task that ends on
+//     its own takes what it left running with it, as with its group.
+//
+// A zero CPUCores or MemoryBytes means no limit on that. Each controller
+// comes from cgroup v2 where the v2 hierarchy offers it, from its v1
+// hierarchy otherwise (hybrid machines mix them). The task's process is
+// created inside its cgroup, never moved there after it has run (see
+// startIn), while the supervisor stays outside it, so the supervisor
+// survives the task's OOM kill and records it. The cgroup is removed once
+// the task has ended; Prune removes any a supervisor could not.
+//
+// Confinement needs root and Linux (v2 also Linux 5.7, for
+// CLONE_INTO_CGROUP). Where a control is missing (not root, a controller
+// not mounted, Cgroups.Disable), New logs once what is missing, and
+// tasks run without it: Provider.Confinement says what is enforced, so
+// the adapter claims no more.
+//
 // # Supervisors: outcomes that survive the adapter
 //
 // Only a process's parent can collect its exit status, so a task that is
@@ -112,13 +155,15 @@
 // The protocol: the provider starts "SupervisorPath __supervise <task
 // dir>" with an empty environment, the task's stdout and stderr files as
 // its own, the task's spec (argv, environment, working directory, user,
-// resource limits, output cap, timeout, grace; JSON, never a shell
-// string, never on disk) on descriptor 3, and a status pipe on descriptor
-// 4. The supervisor sets the limits on itself, starts the task as its
-// user with pipes for stdout and stderr, writes the state record, reports
-// the task's pid ("ready"), copies the output into the files up to the
-// cap, and once the task and every other process of its group have ended,
-// publishes the exit record and sends it down the status pipe too. Start returns after "ready". To
+// resource limits, cgroup, output cap, timeout, grace; JSON, never a
+// shell string, never on disk) on descriptor 3, and a status pipe on
+// descriptor 4. The supervisor sets the limits on itself, makes the
+// task's cgroup, starts the task in it as its user with pipes for stdout
+// and stderr, writes the state record (naming the cgroup), reports the
+// task's pid ("ready"), copies the output into the files up to the cap,
+// and once the task and every other process of its group and cgroup have
+// ended, removes the cgroup, publishes the exit record and sends it down
+// the status pipe too. Start returns after "ready". To
 // stop a task, any adapter publishes the stop record (its cause) and sends
 // the supervisor SIGTERM; a SIGTERM without a stop record (an operator, a
 // shutdown) stops the task too, with a vaguer cause.

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -178,6 +179,7 @@ func workDir(t testing.TB) string {
 //	sleep            sleep until killed
 //	stubborn-sleep   ignore SIGTERM, then sleep until killed
 //	env NAME         write $NAME to stdout
+//	lookup NAME      write $NAME to stdout, or "<unset>" if it is not set
 //	ids              write the process's uid, euid, gid, egid and
 //	                 supplementary groups to stdout
 //	cat F            write file F to stdout; exit 1 if it cannot be read
@@ -192,10 +194,17 @@ func workDir(t testing.TB) string {
 //	                 each
 //	pwd              write the working directory to stdout
 //	payload          write the payload file to stdout
-//	family MODE      start a grandchild (same process group) that sleeps,
+//	family MODE [setsid]
+//	                 start a grandchild (same process group, or with
+//	                 setsid a session and group of its own) that sleeps,
 //	                 write "<grandchild pid>\n" to stdout, then: MODE
 //	                 "stay" sleeps, "leave" exits 0, "stubborn" has both
 //	                 ignore SIGTERM and sleep.
+//	hog MIB          allocate and touch MIB mebibytes, keep them, then
+//	                 write "survived" to stdout
+//	spin N           keep N threads busy until killed
+//	cpus             write the CPUs the process may run on
+//	                 (Cpus_allowed_list) to stdout
 //	exit-when F N    write "ran\n" to stdout, wait until file F exists,
 //	                 then exit with code N
 //	adapter DIR ID TIMEOUT ARGV...
@@ -232,6 +241,12 @@ func helperMain(args []string) int {
 		sleepForever()
 	case "env":
 		fmt.Print(os.Getenv(arg(1)))
+	case "lookup":
+		v, ok := os.LookupEnv(arg(1))
+		if !ok {
+			v = "<unset>"
+		}
+		fmt.Print(v)
 	case "ids":
 		groups, _ := os.Getgroups()
 		fmt.Printf("uid %d euid %d gid %d egid %d groups %v", os.Getuid(), os.Geteuid(), os.Getgid(), os.Getegid(), groups)
@@ -301,6 +316,9 @@ func helperMain(args []string) int {
 		}
 		exe, _ := os.Executable()
 		gc := exec.Command(exe, child) // inherits our process group and env
+		if len(args) > 2 && args[2] == "setsid" {
+			gc.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // leaves our process group
+		}
 		if err := gc.Start(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
@@ -310,6 +328,38 @@ func helperMain(args []string) int {
 			return 0
 		}
 		sleepForever()
+	case "hog":
+		n, _ := strconv.Atoi(arg(1))
+		var kept [][]byte
+		for range n {
+			b := make([]byte, 1<<20)
+			for i := 0; i < len(b); i += 4096 {
+				b[i] = 1
+			}
+			kept = append(kept, b)
+		}
+		fmt.Print("survived")
+		runtime.KeepAlive(kept)
+	case "spin":
+		n, _ := strconv.Atoi(arg(1))
+		for range n {
+			go func() {
+				for {
+				}
+			}()
+		}
+		sleepForever()
+	case "cpus":
+		b, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+				fmt.Print(strings.TrimSpace(v))
+			}
+		}
 	case "exit-when":
 		fmt.Println("ran")
 		if !waitFile(arg(1)) {

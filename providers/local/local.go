@@ -48,6 +48,9 @@ type Provider struct {
 	allowRoot  bool     // Config.AllowRoot
 	limits     []rlimit // Config.Limits
 	maxOutput  int64    // Config.MaxOutputBytes; negative: no cap
+	// cgroups is what New found it can enforce (Config.Cgroups); never
+	// changes.
+	cgroups *cgroupHost
 
 	// wg counts waiter goroutines, one per started task (see wait). It is
 	// incremented in reserve, under mu, so Close never races an Add.
@@ -94,12 +97,23 @@ func New(cfg Config) (*Provider, error) {
 			return nil, fmt.Errorf("local: config: User: %w", err)
 		}
 	}
+	p.cgroups = detectCgroups(cfg.Cgroups, cfg.Name)
+	// Said once, here; tasks then run with what there is.
+	if c := p.cgroups.conf; c.Missing != "" {
+		level := slog.LevelWarn
+		if cfg.Cgroups.Disable {
+			level = slog.LevelInfo
+		}
+		p.log.Log(context.Background(), level, "tasks are not fully confined", "enforced", c.Names(), "missing", c.Missing)
+	} else {
+		p.log.Debug("tasks confined in cgroups", "parent", cfg.Cgroups.Parent, "enforced", c.Names())
+	}
 	return p, nil
 }
 
-// Start launches t as a process in its own process group (a child of this
-// process, or of the task's supervisor) and returns once the process
-// exists. ctx bounds the handshake with a supervisor.
+// Start launches t as a process in its own process group and cgroup (a
+// child of this process, or of the task's supervisor) and returns once the
+// process exists. ctx bounds the handshake with a supervisor.
 func (p *Provider) Start(ctx context.Context, t providers.Task) (providers.Handle, error) {
 	if err := validate(t); err != nil {
 		return providers.Handle{}, fmt.Errorf("local: start %q: %w", t.ID, err)
@@ -291,8 +305,9 @@ func (r stateRecord) supervisorAlive() bool {
 	return err == nil && !dead(st) && ticks == r.SupervisorStartTicks
 }
 
-// Stop cancels the task (SIGTERM to its process group, SIGKILL after
-// KillGrace) and waits, bounded by ctx, until it has ended.
+// Stop cancels the task (SIGTERM to its process group and every process
+// in its cgroup, SIGKILL to all of them after KillGrace) and waits,
+// bounded by ctx, until it has ended.
 func (p *Provider) Stop(ctx context.Context, h providers.Handle) error {
 	id, err := p.handleID(h)
 	if err != nil {
@@ -322,9 +337,10 @@ func (p *Provider) Stop(ctx context.Context, h providers.Handle) error {
 //
 // A supervised task is stopped through its supervisor, which records the
 // real outcome (cancelled, with the exit code if the task exited on its
-// own terms). Without a live supervisor the process group is signalled
-// directly; the exit status then cannot be known (this process is not the
-// task's parent), so the task is recorded cancelled without an exit code.
+// own terms). Without a live supervisor the process group and cgroup are
+// signalled directly; the exit status then cannot be known (this process
+// is not the task's parent), so the task is recorded cancelled without an
+// exit code.
 func (p *Provider) stopAdopted(ctx context.Context, id string) error {
 	st, err := p.pollDisk(id)
 	if err != nil {
@@ -353,9 +369,13 @@ func (p *Provider) stopAdopted(ctx context.Context, id string) error {
 	}
 	// identify just checked rec.PID; the group cannot be reused while its
 	// leader (even as a zombie) or any member exists.
-	terminate(rec.PGID)
-	if err := drainGroup(ctx, rec.PGID, p.grace); err != nil {
+	procs := taskProcs{pgid: rec.PGID, cg: rec.Cgroups}
+	procs.terminate()
+	if err := drain(ctx, procs, p.grace); err != nil {
 		return err
+	}
+	if err := rec.Cgroups.remove(); err != nil {
+		p.log.Warn("task's cgroup not removed; Prune retries", "job", id, "err", err)
 	}
 	st.State, st.Suspended = providers.StateCancelled, false
 	st.Error = "stopped after an adapter restart; exit status unknown"
@@ -460,6 +480,9 @@ func validate(t providers.Task) error {
 	case t.Timeout < 0:
 		return fmt.Errorf("%w: negative timeout %v", providers.ErrInvalidTask, t.Timeout)
 	}
+	if err := checkPlacement(t.Placement); err != nil {
+		return fmt.Errorf("%w: %w", providers.ErrInvalidTask, err)
+	}
 	if err := checkEnv(t.Env); err != nil {
 		return fmt.Errorf("%w: env: %w", providers.ErrInvalidTask, err)
 	}
@@ -489,8 +512,15 @@ func (p *Provider) environ(t providers.Task, payload, home string, acct account)
 		m["USER"], m["LOGNAME"] = acct.name, acct.name
 	}
 	maps.Copy(m, t.Env)
+	// A task sees the GPUs placed on it, in order (whole GPUs, then MIG
+	// instances, by UUID), and none otherwise: "void" is the NVIDIA
+	// container runtime's "no GPU", an empty list CUDA's.
 	if gpus := append(slices.Clone(t.Placement.GPUs), t.Placement.MIG...); len(gpus) > 0 {
 		m["CUDA_VISIBLE_DEVICES"] = strings.Join(gpus, ",")
+		m["NVIDIA_VISIBLE_DEVICES"] = strings.Join(gpus, ",")
+	} else {
+		m["CUDA_VISIBLE_DEVICES"] = ""
+		m["NVIDIA_VISIBLE_DEVICES"] = "void"
 	}
 	m[providers.PayloadEnv] = payload
 	env := make([]string, 0, len(m))

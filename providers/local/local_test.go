@@ -129,9 +129,27 @@ func TestEnvironmentAndDir(t *testing.T) {
 		"adapter env not inherited": {
 			args: []string{"env", "PATH"}, want: "",
 		},
-		"gpus exported": {
-			task: providers.Task{Resources: providers.Resources{GPUs: []string{"0", "GPU-5f2c"}}},
-			args: []string{"env", "CUDA_VISIBLE_DEVICES"}, want: "0,GPU-5f2c",
+		"placed GPUs and MIG instances, in order, for CUDA": {
+			task: providers.Task{Placement: providers.Placement{GPUs: []string{"GPU-b2", "GPU-a1"}, MIG: []string{"MIG-c3"}}},
+			args: []string{"lookup", "CUDA_VISIBLE_DEVICES"}, want: "GPU-b2,GPU-a1,MIG-c3",
+		},
+		"placed GPUs and MIG instances, in order, for the NVIDIA runtime": {
+			task: providers.Task{Placement: providers.Placement{GPUs: []string{"GPU-b2", "GPU-a1"}, MIG: []string{"MIG-c3"}}},
+			args: []string{"lookup", "NVIDIA_VISIBLE_DEVICES"}, want: "GPU-b2,GPU-a1,MIG-c3",
+		},
+		"no GPU placed: none for CUDA": {
+			args: []string{"lookup", "CUDA_VISIBLE_DEVICES"}, want: "",
+		},
+		"no GPU placed: none for the NVIDIA runtime": {
+			args: []string{"lookup", "NVIDIA_VISIBLE_DEVICES"}, want: "void",
+		},
+		"task env cannot widen its GPUs": {
+			base: map[string]string{"CUDA_VISIBLE_DEVICES": "0", "NVIDIA_VISIBLE_DEVICES": "all"},
+			task: providers.Task{
+				Env:       map[string]string{"CUDA_VISIBLE_DEVICES": "0,1", "NVIDIA_VISIBLE_DEVICES": "all"},
+				Placement: providers.Placement{MIG: []string{"MIG-c3"}},
+			},
+			args: []string{"lookup", "CUDA_VISIBLE_DEVICES"}, want: "MIG-c3",
 		},
 		"payload path not overridable": {
 			task: providers.Task{Env: map[string]string{providers.PayloadEnv: "/etc/passwd"}},

@@ -24,6 +24,10 @@ import (
 // another instance, nor a directory whose state record names another
 // provider. Other entries in WorkDir are left alone.
 //
+// The cgroup of every task that has ended or is lost (or is pruned) is
+// removed too, with whatever processes are left in it, if its supervisor
+// could not remove it.
+//
 // Errors removing one directory do not stop the others; they are returned
 // together, after the count.
 func (p *Provider) Prune(ctx context.Context, olderThan time.Time) (removed int, err error) {
@@ -49,6 +53,18 @@ func (p *Provider) Prune(ctx context.Context, olderThan time.Time) (removed int,
 		}
 		dir := p.taskDir(id)
 		if !p.expired(dir, olderThan) {
+			if p.ended(dir) {
+				// A cgroup its supervisor could not remove goes now.
+				if err := p.clearCgroup(dir); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			continue
+		}
+		// The directory holds the only record of the task's cgroup, so it
+		// stays until the cgroup is gone.
+		if err := p.clearCgroup(dir); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		if err := os.RemoveAll(dir); err != nil {
@@ -97,4 +113,34 @@ func (p *Provider) expired(dir string, olderThan time.Time) bool {
 	// The outcome may have been published since we first looked.
 	_, err = readExit(dir)
 	return errors.Is(err, fs.ErrNotExist)
+}
+
+// ended reports whether the task in dir has ended: it has an outcome, or
+// it is lost (none of its processes the state record names lives).
+func (p *Provider) ended(dir string) bool {
+	if exists(filepath.Join(dir, fileExit)) {
+		return true
+	}
+	rec, err := readState(dir)
+	if err != nil || rec.Provider != p.name || len(rec.Cgroups) == 0 || rec.StartTicks == 0 || rec.BootID == "" {
+		return false // only a task whose identity can be checked is known to be lost
+	}
+	live := rec.identify()
+	return live.leader == 0 && !live.supervisor
+}
+
+// clearCgroup removes the cgroup recorded in the state record of task
+// directory dir, killing whatever is left in it. The caller has made sure
+// the task has ended: anything still in its cgroup is left over.
+func (p *Provider) clearCgroup(dir string) error {
+	rec, err := readState(dir)
+	if err != nil || !rec.Cgroups.exist() {
+		return nil
+	}
+	if rec.Cgroups.alive() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = drain(ctx, taskProcs{cg: rec.Cgroups}, 0)
+	}
+	return rec.Cgroups.remove()
 }

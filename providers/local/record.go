@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/computeboard/computeboard/providers"
@@ -45,6 +46,11 @@ type stateRecord struct {
 
 	SupervisorPID        int    `json:"supervisor_pid,omitempty"`         // 0: no supervisor
 	SupervisorStartTicks uint64 `json:"supervisor_start_ticks,omitempty"` // 0 = unknown
+
+	// Cgroups is the task's cgroup directories (none: unconfined), for
+	// whoever stops the task or clears up after it. Added without a
+	// version bump, like the supervisor fields.
+	Cgroups cgroupSet `json:"cgroups,omitempty"`
 }
 
 // stopRecord asks a task's supervisor to stop the task, and says why. It is
@@ -69,13 +75,16 @@ type exitRecord struct {
 	// absent means none).
 	StdoutDropped int64 `json:"stdout_dropped,omitempty"`
 	StderrDropped int64 `json:"stderr_dropped,omitempty"`
+	// The kernel killed the task for going over its memory limit (added
+	// without a version bump: absent means no).
+	OOMKilled bool `json:"oom_killed,omitempty"`
 }
 
 func exitRecordOf(st providers.Status) exitRecord {
 	return exitRecord{
 		Version: recordVersion, State: st.State, ExitCode: st.ExitCode, Error: st.Error,
 		TimedOut: st.TimedOut, StartedAt: st.StartedAt, FinishedAt: st.FinishedAt,
-		StdoutDropped: st.StdoutDropped, StderrDropped: st.StderrDropped,
+		StdoutDropped: st.StdoutDropped, StderrDropped: st.StderrDropped, OOMKilled: st.OOMKilled,
 	}
 }
 
@@ -85,7 +94,7 @@ func (r exitRecord) status(dir string) providers.Status {
 		State: r.State, ExitCode: r.ExitCode, Error: r.Error, TimedOut: r.TimedOut,
 		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
 		StdoutPath: filepath.Join(dir, fileStdout), StderrPath: filepath.Join(dir, fileStderr),
-		StdoutDropped: r.StdoutDropped, StderrDropped: r.StderrDropped,
+		StdoutDropped: r.StdoutDropped, StderrDropped: r.StderrDropped, OOMKilled: r.OOMKilled,
 	}
 }
 
@@ -185,6 +194,11 @@ func readState(dir string) (stateRecord, error) {
 	if r.Version != recordVersion {
 		return r, fmt.Errorf("read %s: unsupported version %d", fileState, r.Version)
 	}
+	// A task's cgroup is named after it; nothing else is ever cleared or
+	// killed on a record's word.
+	r.Cgroups = slices.DeleteFunc(r.Cgroups, func(d cgroupDir) bool {
+		return !filepath.IsAbs(d.Path) || filepath.Base(d.Path) != r.TaskID
+	})
 	return r, nil
 }
 

@@ -36,6 +36,8 @@ type taskSpec struct {
 	// MaxOutput caps each of stdout and stderr, in bytes; negative: no
 	// cap; zero: the default.
 	MaxOutput int64 `json:"max_output"`
+	// Cgroup is the cgroup the task's process starts in; nil: unconfined.
+	Cgroup *taskCgroup `json:"cgroup,omitempty"`
 }
 
 // procIdentity names one process for as long as it lives: pid plus its
@@ -45,7 +47,8 @@ type procIdentity struct {
 	StartTicks uint64
 }
 
-// startTask starts spec's process in a new process group, as spec's user,
+// startTask starts spec's process in a new process group and in its
+// cgroup (spec.Cgroup, made here; see startIn), as spec's user,
 // with its stdout and stderr captured into the given files (see capture;
 // when inProcess, the capture takes the files over and closes them), and
 // records its identity (and sup's, the supervisor's, when it has one) in
@@ -81,22 +84,36 @@ func startTask(dir string, spec *taskSpec, stdout, stderr *os.File, sup procIden
 	}
 	cmd.Stdout, cmd.Stderr = pipes[0], pipes[1] // files, so exec starts no copying goroutines
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: spec.Credential.sys()}
-	err = cmd.Start()
+	var lerr error
+	setLimits := func() { lerr = applyChildLimits(cmd.Process.Pid, spec.Limits) }
+	if !inProcess {
+		setLimits = nil
+	}
+	if spec.Cgroup != nil {
+		err = spec.Cgroup.create()
+	}
+	if err == nil {
+		err = startIn(cmd, spec.Cgroup, setLimits)
+		if err != nil && spec.Cgroup != nil {
+			_ = spec.Cgroup.Dirs.remove()
+		}
+	}
 	pipes[0].Close() // the task has its own copies
 	pipes[1].Close()
 	if err != nil {
 		out.wait(0)
 		return nil, nil, nil, err
 	}
-	if inProcess {
-		if lerr := applyChildLimits(cmd.Process.Pid, spec.Limits); lerr != nil {
-			warn = fmt.Errorf("resource limits not applied; the task runs under the provider's own (set SupervisorPath, whose supervisor applies them without CAP_SYS_RESOURCE): %w", lerr)
-		}
+	if lerr != nil {
+		warn = fmt.Errorf("resource limits not applied; the task runs under the provider's own (set SupervisorPath, whose supervisor applies them without CAP_SYS_RESOURCE): %w", lerr)
 	}
 	rec := stateRecord{
 		Version: recordVersion, Provider: spec.Provider, TaskID: spec.TaskID,
 		PID: cmd.Process.Pid, PGID: cmd.Process.Pid, StartedAt: spec.StartedAt, Labels: spec.Labels,
 		SupervisorPID: sup.PID, SupervisorStartTicks: sup.StartTicks,
+	}
+	if spec.Cgroup != nil {
+		rec.Cgroups = spec.Cgroup.Dirs
 	}
 	// The child is not reaped before supervise runs, so /proc/<pid> is there.
 	if _, _, ticks, err := procStat(rec.PID); err == nil {
@@ -110,19 +127,23 @@ func startTask(dir string, spec *taskSpec, stdout, stderr *os.File, sup procIden
 }
 
 // supervise watches a started task process until it, and every other
-// process of its group, has ended, and returns the task's outcome. It stops
-// the task (SIGTERM and SIGCONT to the group, SIGKILL after KillGrace) when
-// a cause arrives on stop or when deadline passes (if spec.Timeout is set).
-// Processes the task leaves behind when it ends on its own are stopped the
-// same way: they are part of the task. Once the group is empty it waits
-// (up to KillGrace) for out to take the last of the output. now stamps
-// FinishedAt.
+// process of its group and cgroup, has ended, and returns the task's
+// outcome. It stops the task (SIGTERM and SIGCONT to the group and the
+// cgroup, SIGKILL to both after KillGrace) when a cause arrives on stop or
+// when deadline passes (if spec.Timeout is set). Processes the task leaves
+// behind when it ends on its own are stopped the same way: they are part
+// of the task. Once they are all gone it reads the cgroup's OOM kills,
+// removes the cgroup, and waits (up to KillGrace) for out to take the last
+// of the output. now stamps FinishedAt.
 //
 // It runs in the provider's waiter goroutine when there is no supervisor,
 // and in the supervisor process otherwise; either way it is the one place
 // that turns a wait status into an outcome.
 func supervise(cmd *exec.Cmd, out *capture, spec *taskSpec, deadline time.Time, stop <-chan error, now func() time.Time, log *slog.Logger) exitRecord {
-	pgid := cmd.Process.Pid // Setpgid makes a group named after the leader
+	procs := taskProcs{pgid: cmd.Process.Pid} // Setpgid makes a group named after the leader
+	if spec.Cgroup != nil {
+		procs.cg = spec.Cgroup.Dirs
+	}
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }() // ends when the leader is reaped
 
@@ -143,7 +164,7 @@ func supervise(cmd *exec.Cmd, out *capture, spec *taskSpec, deadline time.Time, 
 			return
 		}
 		cause, askedAt = c, time.Now()
-		terminate(pgid) // the leader is not reaped yet, so the group is ours
+		procs.terminate() // the leader is not reaped yet, so the group is ours
 		t := time.NewTimer(spec.KillGrace)
 		kill = t.C
 	}
@@ -156,7 +177,7 @@ func supervise(cmd *exec.Cmd, out *capture, spec *taskSpec, deadline time.Time, 
 		case <-timeout:
 			ask(errTimedOut)
 		case <-kill:
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			procs.kill()
 			kill = nil
 		}
 	}
@@ -164,19 +185,55 @@ func supervise(cmd *exec.Cmd, out *capture, spec *taskSpec, deadline time.Time, 
 	grace := spec.KillGrace
 	if cause != nil {
 		grace -= time.Since(askedAt) // the group's grace started when we asked
-	} else if groupAlive(pgid) {
-		terminate(pgid) // it ended on its own but left processes behind
+	} else if procs.alive() {
+		procs.terminate() // it ended on its own but left processes behind
 	}
 	// The leader is reaped, so the group ID could in principle be reused by
 	// a new group; Linux does not hand out a pid while a group of that ID
 	// has members, which leaves only the instant after the last one exits.
-	if err := drainGroup(context.Background(), pgid, grace); err != nil {
-		log.Warn("task's process group not cleared", "err", err)
+	drained := drain(context.Background(), procs, grace)
+	if drained != nil {
+		log.Warn("task's processes not cleared", "err", drained)
 	}
 	st := outcome(cmd.ProcessState, waitErr, cause, spec.Timeout)
+	if spec.Cgroup != nil {
+		oomOutcome(&st, cmd.ProcessState, procs.cg, spec.Cgroup.MemoryBytes)
+		if drained == nil {
+			if err := procs.cg.remove(); err != nil {
+				log.Warn("task's cgroup not removed; Prune retries", "err", err)
+			}
+		}
+	}
 	st.StdoutDropped, st.StderrDropped = out.wait(spec.KillGrace)
 	st.StartedAt, st.FinishedAt = spec.StartedAt, now()
 	return exitRecordOf(st)
+}
+
+// oomOutcome marks a failed task OOMKilled when the kernel's OOM killer
+// killed any of its processes (the leader, or a child whose death failed
+// the task): memory.events or memory.oom_control count the kills. A v1
+// kernel too old to count them (before 4.13) is taken at its word when
+// the task hit its limit and its leader died of SIGKILL. A task stopped
+// or timed out keeps that cause.
+func oomOutcome(st *providers.Status, ps *os.ProcessState, cg cgroupSet, limit int64) {
+	if st.State != providers.StateFailed || st.TimedOut {
+		return
+	}
+	kills, known, hits := cg.oomKills()
+	if !known && hits > 0 && ps != nil {
+		if ws, _ := ps.Sys().(syscall.WaitStatus); ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			kills = 1
+		}
+	}
+	if kills == 0 {
+		return
+	}
+	st.OOMKilled = true
+	what := "its memory limit"
+	if limit > 0 {
+		what = fmt.Sprintf("its memory limit of %d bytes", limit)
+	}
+	st.Error = fmt.Sprintf("out of memory: the kernel killed the task for going over %s (%s)", what, st.Error)
 }
 
 // outcome classifies how a task ended. cause is non-nil only when we
@@ -209,6 +266,33 @@ func outcome(ps *os.ProcessState, waitErr, cause error, timeout time.Duration) p
 	return st
 }
 
+// taskProcs is every process of a task: its process group and, when it
+// is confined, its cgroup, which also holds those that left the group
+// (setsid, a double fork into a new group).
+type taskProcs struct {
+	pgid int       // 0: none (only the cgroup is left to clear)
+	cg   cgroupSet // nil: unconfined
+}
+
+func (tp taskProcs) alive() bool { return tp.pgid > 0 && groupAlive(tp.pgid) || tp.cg.alive() }
+
+// terminate asks every process of the task to end.
+func (tp taskProcs) terminate() {
+	if tp.pgid > 0 {
+		terminate(tp.pgid)
+	}
+	tp.cg.signal(syscall.SIGTERM)
+	tp.cg.signal(syscall.SIGCONT)
+}
+
+// kill kills every process of the task.
+func (tp taskProcs) kill() {
+	if tp.pgid > 0 {
+		_ = syscall.Kill(-tp.pgid, syscall.SIGKILL)
+	}
+	tp.cg.kill()
+}
+
 // terminate asks every process in the group to end. SIGCONT follows
 // SIGTERM so that a suspended group can act on it.
 func terminate(pgid int) {
@@ -217,14 +301,15 @@ func terminate(pgid int) {
 }
 
 // errSurvivors: processes outlived SIGKILL (stuck in the kernel, say).
-var errSurvivors = errors.New("processes in the group survived SIGKILL")
+var errSurvivors = errors.New("processes of the task survived SIGKILL")
 
-// drainGroup waits until process group pgid has no live member, sending
-// SIGKILL to the group once grace has passed, then waiting up to grace
-// (at least a second) more. It polls because a process group cannot be
-// waited on.
-func drainGroup(ctx context.Context, pgid int, grace time.Duration) error {
-	if !groupAlive(pgid) {
+// drain waits until no process of the task is alive, killing them all
+// once grace has passed, then waiting up to grace (at least a second)
+// more; the cgroup is killed again on every tick meanwhile, for kills
+// that cannot freeze it first. It polls because neither a process group
+// nor a cgroup can be waited on.
+func drain(ctx context.Context, tp taskProcs, grace time.Duration) error {
+	if !tp.alive() {
 		return nil
 	}
 	deadline := time.NewTimer(max(grace, 0))
@@ -232,16 +317,19 @@ func drainGroup(ctx context.Context, pgid int, grace time.Duration) error {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	killed := false
-	for groupAlive(pgid) {
+	for tp.alive() {
 		select {
 		case <-deadline.C:
 			if killed {
 				return errSurvivors
 			}
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			tp.kill()
 			killed = true
 			deadline.Reset(max(grace, time.Second))
 		case <-tick.C:
+			if killed {
+				tp.cg.kill()
+			}
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}

@@ -313,11 +313,14 @@ func (p *Provider) waitSupervised(tk *task) exitRecord {
 	if disk, err := readExit(tk.dir); err == nil {
 		return disk // it recorded the outcome but could not tell us
 	}
-	if groupAlive(tk.pgid) {
-		terminate(tk.pgid)
+	procs := taskProcs{pgid: tk.pgid, cg: tk.cgroup}
+	if procs.alive() {
+		procs.terminate()
 	}
-	if err := drainGroup(context.Background(), tk.pgid, p.grace); err != nil {
-		p.log.Warn("task's process group not cleared", "job", tk.id, "err", err)
+	if err := drain(context.Background(), procs, p.grace); err != nil {
+		p.log.Warn("task's processes not cleared", "job", tk.id, "err", err)
+	} else if err := tk.cgroup.remove(); err != nil {
+		p.log.Warn("task's cgroup not removed; Prune retries", "job", tk.id, "err", err)
 	}
 	st := providers.Status{
 		State: providers.StateLost,

@@ -23,7 +23,8 @@ import (
 type task struct {
 	id        string
 	dir       string
-	pgid      int // the task's process group: its leader's pid
+	pgid      int       // the task's process group: its leader's pid
+	cgroup    cgroupSet // the task's cgroup; nil: unconfined
 	startedAt time.Time
 
 	// Without a supervisor: the task's own process, and what supervise
@@ -132,8 +133,12 @@ func (p *Provider) launch(ctx context.Context, t providers.Task, acct account) (
 		Provider: p.name, TaskID: t.ID, Argv: t.Argv, Env: p.environ(t, payload, work, acct), Cwd: cwd,
 		Timeout: t.Timeout, KillGrace: p.grace, StartedAt: p.clock.Now(), Labels: t.Labels,
 		Credential: acct.credential(), Limits: p.limits, MaxOutput: p.maxOutput,
+		Cgroup: p.cgroups.plan(t),
 	}
 	tk := &task{id: t.ID, dir: dir, startedAt: spec.StartedAt, done: make(chan struct{})}
+	if spec.Cgroup != nil {
+		tk.cgroup = spec.Cgroup.Dirs
+	}
 	if p.supervisor != "" {
 		if err := p.launchSupervised(ctx, tk, spec, stdout, stderr); err != nil {
 			return nil, err

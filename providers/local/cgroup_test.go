@@ -1,0 +1,514 @@
+package local
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/providers/providertest"
+	"github.com/google/go-cmp/cmp"
+)
+
+// needConfined skips a test of a control this machine does not let p
+// enforce (not root, no such controller), saying what is missing.
+func needConfined(t *testing.T, p *Provider, what string, enforced func(Confinement) bool) {
+	t.Helper()
+	if c := p.Confinement(); !enforced(c) {
+		t.Skipf("%s not enforced here: %s", what, c.Missing)
+	}
+}
+
+// taskState reads the state record of a task p started.
+func taskState(t *testing.T, p *Provider, h providers.Handle) stateRecord {
+	t.Helper()
+	return mustReadState(t, p.taskDir(h.ID))
+}
+
+// wantCgroupGone fails the test if any of rec's cgroup directories is
+// still there.
+func wantCgroupGone(t *testing.T, rec stateRecord) {
+	t.Helper()
+	for _, d := range rec.Cgroups {
+		if exists(d.Path) {
+			t.Errorf("cgroup %s still there after the task ended", d.Path)
+		}
+	}
+}
+
+// TestCgroupCPULimit: a task that asks for one core uses no more than
+// that, however many threads it keeps busy, by its cgroup's accounting.
+// Not parallel: it measures CPU use, and keeps CPUs busy.
+func TestCgroupCPULimit(t *testing.T) {
+	for mode, newP := range map[string]func(*testing.T, Config) *Provider{
+		"supervised": newTestProvider,
+		"in-process": newDirectProvider,
+	} {
+		t.Run(mode, func(t *testing.T) {
+			p := newP(t, Config{})
+			needConfined(t, p, "CPU limits", func(c Confinement) bool { return c.CPU })
+			task := helperTask(t, "spin", "2") // unconfined, two busy threads use two cores
+			task.Resources.CPUCores = 1
+			h := providertest.Start(t, p, task)
+			rec := taskState(t, p, h)
+			cg := rec.Cgroups
+			if !slices.Contains(cg.pids(), rec.PID) {
+				t.Fatalf("the task's process %d is not in its cgroup %+v", rec.PID, cg)
+			}
+			usage := func() time.Duration {
+				t.Helper()
+				used, ok := cg.cpuUsage()
+				if !ok {
+					t.Fatalf("no CPU accounting in the task's cgroup %+v", cg)
+				}
+				return used
+			}
+			// Let it get going (the helper starts its threads) before measuring.
+			err := providertest.Eventually(t.Context(), func() (bool, error) { return usage() > 100*time.Millisecond, nil })
+			if err != nil {
+				t.Fatalf("the task never used the CPU: %v", err)
+			}
+			used0, wall0 := usage(), time.Now()
+			time.Sleep(2 * time.Second)
+			used, wall := usage()-used0, time.Since(wall0)
+			cores := used.Seconds() / wall.Seconds()
+			t.Logf("used %v of CPU in %v: %.2f cores", used, wall, cores)
+			if cores > 1.1 {
+				t.Errorf("the task used %.2f cores, asked for 1", cores)
+			}
+			if err := p.Stop(t.Context(), h); err != nil {
+				t.Fatal(err)
+			}
+			wantCgroupGone(t, taskState(t, p, h))
+		})
+	}
+}
+
+// TestCgroupMemoryLimit: a task that goes over its memory request is
+// killed, and reported failed with OOMKilled, also after a restart; one
+// that stays under it is not.
+func TestCgroupMemoryLimit(t *testing.T) {
+	t.Parallel()
+	sh, shErr := exec.LookPath("sh")
+	bothModes(t, func(t *testing.T, newP func(*testing.T, Config) *Provider) {
+		tests := map[string]struct {
+			args      []string // helper program; nil: shArgs
+			shArgs    []string // a shell command line instead
+			memory    int64
+			wantState providers.State
+			wantOOM   bool
+		}{
+			"the task goes over": {args: []string{"hog", "256"}, memory: 64 << 20, wantState: providers.StateFailed, wantOOM: true},
+			// The shell exits 137: the OOM kill fails the task without
+			// killing its leader.
+			"a child of the task goes over": {shArgs: []string{"-c", "head -c 300M /dev/zero | tail"}, memory: 64 << 20, wantState: providers.StateFailed, wantOOM: true},
+			"the task stays under":          {args: []string{"hog", "32"}, memory: 256 << 20, wantState: providers.StateSucceeded},
+		}
+		for name, tc := range tests {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				dir := workDir(t)
+				p := newP(t, Config{WorkDir: dir, Env: map[string]string{"PATH": os.Getenv("PATH")}})
+				needConfined(t, p, "memory limits", func(c Confinement) bool { return c.Memory })
+				task := helperTask(t, tc.args...)
+				if tc.args == nil {
+					if shErr != nil {
+						t.Skipf("no sh: %v", shErr)
+					}
+					abs, _ := filepath.Abs(sh)
+					task.Argv = append([]string{abs}, tc.shArgs...)
+				}
+				task.Resources.MemoryBytes = tc.memory
+				h := providertest.Start(t, p, task)
+				st := providertest.WaitDone(t, p, h)
+				if st.State != tc.wantState || st.OOMKilled != tc.wantOOM {
+					t.Fatalf("status %+v; want %s, OOMKilled %v (stderr %q)", st, tc.wantState, tc.wantOOM, readFile(t, st.StderrPath))
+				}
+				if tc.wantOOM && !strings.Contains(st.Error, "memory limit") {
+					t.Errorf("error %q does not say the memory limit killed it", st.Error)
+				}
+				if diff := cmp.Diff(st, poll(t, newP(t, Config{WorkDir: dir}), h)); diff != "" {
+					t.Errorf("status seen by a new instance (-old +new):\n%s", diff)
+				}
+				wantCgroupGone(t, taskState(t, p, h))
+			})
+		}
+	})
+}
+
+// TestCgroupKillsEscapedProcesses: a process the task started in a new
+// session (out of its process group) ends with the task however the task
+// ends: stopped, timed out, or ending on its own.
+func TestCgroupKillsEscapedProcesses(t *testing.T) {
+	t.Parallel()
+	tests := map[string]struct {
+		mode      string // helper "family" mode
+		grace     time.Duration
+		stop      bool
+		wantState providers.State
+	}{
+		"stop":                             {mode: "stay", stop: true, wantState: providers.StateCancelled},
+		"left behind by the task":          {mode: "leave", wantState: providers.StateSucceeded},
+		"SIGTERM ignored: SIGKILL follows": {mode: "stubborn", grace: 200 * time.Millisecond, stop: true, wantState: providers.StateCancelled},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			bothModes(t, func(t *testing.T, newP func(*testing.T, Config) *Provider) {
+				p := newP(t, Config{KillGrace: tc.grace})
+				needConfined(t, p, "killing every process of a task", func(c Confinement) bool { return c.KillAll })
+				h := providertest.Start(t, p, helperTask(t, "family", tc.mode, "setsid"))
+				escapee := readPID(t, p, h)
+				killLater(t, escapee)
+				rec := taskState(t, p, h)
+				wantEscaped(t, escapee, rec.PID)
+				if tc.stop {
+					if err := p.Stop(t.Context(), h); err != nil {
+						t.Fatalf("Stop: %v", err)
+					}
+				}
+				st := providertest.WaitDone(t, p, h)
+				if st.State != tc.wantState {
+					t.Errorf("state = %s, want %s (status %+v)", st.State, tc.wantState, st)
+				}
+				if alive(escapee) {
+					t.Errorf("process %d, in a session of its own, alive after the task ended", escapee)
+				}
+				wantCgroupGone(t, rec)
+			})
+		})
+	}
+
+	t.Run("timeout", func(t *testing.T) {
+		t.Parallel()
+		bothModes(t, func(t *testing.T, newP func(*testing.T, Config) *Provider) {
+			p := newP(t, Config{})
+			needConfined(t, p, "killing every process of a task", func(c Confinement) bool { return c.KillAll })
+			// As in TestTimeoutEndsProcessGroup: long enough for the helper
+			// to start its grandchild, however loaded the machine.
+			for timeout := 300 * time.Millisecond; ; timeout *= 2 {
+				if timeout > providertest.WaitLimit {
+					t.Fatalf("the helper never started its grandchild within a timeout")
+				}
+				task := helperTask(t, "family", "stay", "setsid")
+				task.Timeout = timeout
+				h := providertest.Start(t, p, task)
+				escapee, err := tryReadPID(t, p, h)
+				if errors.Is(err, errNoPID) {
+					continue
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				killLater(t, escapee)
+				st := providertest.WaitDone(t, p, h)
+				if st.State != providers.StateFailed || !st.TimedOut {
+					t.Errorf("status %+v, want failed, timed out", st)
+				}
+				if alive(escapee) {
+					t.Errorf("process %d, in a session of its own, alive after the timeout", escapee)
+				}
+				wantCgroupGone(t, taskState(t, p, h))
+				return
+			}
+		})
+	})
+
+	// After an adapter restart, a new instance stops the task through its
+	// supervisor, or, with the supervisor gone, through the cgroup in the
+	// task's state record.
+	for name, killSupervisor := range map[string]bool{
+		"re-attached":                    false,
+		"re-attached, supervisor killed": true,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dir := workDir(t)
+			p := newTestProvider(t, Config{WorkDir: dir})
+			needConfined(t, p, "killing every process of a task", func(c Confinement) bool { return c.KillAll })
+			h := startInDoomedAdapter(t, dir, 0, "family", "stay", "setsid")
+			escapee := readPID(t, p, h)
+			killLater(t, escapee)
+			rec := taskState(t, p, h)
+			wantEscaped(t, escapee, rec.PID)
+			if killSupervisor {
+				if err := syscall.Kill(rec.SupervisorPID, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+				waitGone(t, rec.SupervisorPID)
+			}
+			if err := p.Stop(t.Context(), h); err != nil {
+				t.Fatalf("Stop: %v", err)
+			}
+			if st := poll(t, p, h); st.State != providers.StateCancelled {
+				t.Errorf("after Stop: %+v, want cancelled", st)
+			}
+			if alive(escapee) {
+				t.Errorf("process %d, in a session of its own, alive after Stop", escapee)
+			}
+			wantCgroupGone(t, rec)
+		})
+	}
+}
+
+// killLater SIGKILLs helper process pid when the test ends, should the
+// test fail to end it: a process that left the task's group is out of
+// reach of every other cleanup.
+func killLater(t *testing.T, pid int) {
+	t.Cleanup(func() {
+		cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if err == nil && alive(pid) && strings.HasPrefix(string(cmdline), testBinary(t)+"\x00") {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+}
+
+// wantEscaped checks that pid really left the process group of the
+// task's leader, so that only its cgroup can reach it.
+func wantEscaped(t *testing.T, pid, leader int) {
+	t.Helper()
+	_, pg, _, err := procStat(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pg == leader {
+		t.Fatalf("process %d is in the task's process group %d; the test needs it out", pid, leader)
+	}
+}
+
+// TestCgroupCPUSet: a task runs only on the CPUs placed on it.
+func TestCgroupCPUSet(t *testing.T) {
+	t.Parallel()
+	own := cpusAllowed(t)
+	if len(own) < 2 {
+		t.Skipf("this process may run on CPUs %v only; the test needs two", own)
+	}
+	last := own[len(own)-1]
+	bothModes(t, func(t *testing.T, newP func(*testing.T, Config) *Provider) {
+		p := newP(t, Config{})
+		needConfined(t, p, "CPU sets", func(c Confinement) bool { return c.CPUSet })
+		task := helperTask(t, "cpus")
+		task.Placement = providers.Placement{CPUs: []int{last}, NUMA: -1}
+		st := providertest.WaitDone(t, p, providertest.Start(t, p, task))
+		if got, want := readFile(t, st.StdoutPath), strconv.Itoa(last); st.State != providers.StateSucceeded || got != want {
+			t.Errorf("state %s, Cpus_allowed_list %q; want succeeded, %q (stderr %q)", st.State, got, want, readFile(t, st.StderrPath))
+		}
+
+		// A CPU no machine has: the start fails, and leaves nothing behind.
+		task = helperTask(t, "cpus")
+		task.Placement = providers.Placement{CPUs: []int{1 << 20}, NUMA: -1}
+		if h, err := p.Start(t.Context(), task); err == nil {
+			t.Errorf("Start with CPU %d = %v, nil; want an error", 1<<20, h)
+		}
+		if exists(p.taskDir(task.ID)) {
+			t.Errorf("task directory left behind: the ID cannot be retried")
+		}
+	})
+}
+
+// cpusAllowed lists the CPUs this process may run on.
+func cpusAllowed(t *testing.T) []int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skipf("no /proc/self/status: %v", err)
+	}
+	var cpus []int
+	for line := range strings.Lines(string(b)) {
+		v, ok := strings.CutPrefix(line, "Cpus_allowed_list:")
+		if !ok {
+			continue
+		}
+		for r := range strings.SplitSeq(strings.TrimSpace(v), ",") {
+			lo, hi, isRange := strings.Cut(r, "-")
+			if !isRange {
+				hi = lo
+			}
+			a, err1 := strconv.Atoi(lo)
+			z, err2 := strconv.Atoi(hi)
+			if err1 != nil || err2 != nil {
+				t.Fatalf("Cpus_allowed_list %q", v)
+			}
+			for c := a; c <= z; c++ {
+				cpus = append(cpus, c)
+			}
+		}
+	}
+	return cpus
+}
+
+// TestPruneClearsLeftoverCgroup: the cgroup of a task that has ended, if
+// it is still there (its supervisor died while removing it, say), goes at
+// the next Prune, with anything left running in it; the task directory
+// stays until its own time.
+func TestPruneClearsLeftoverCgroup(t *testing.T) {
+	t.Parallel()
+	p := newTestProvider(t, Config{})
+	needConfined(t, p, "killing every process of a task", func(c Confinement) bool { return c.KillAll })
+	h, err := p.Start(t.Context(), helperTask(t, "exit", "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	providertest.WaitDone(t, p, h)
+	rec := taskState(t, p, h)
+	wantCgroupGone(t, rec)
+
+	cg := &taskCgroup{Dirs: rec.Cgroups}
+	if err := cg.create(); err != nil {
+		t.Fatal(err)
+	}
+	leftover := exec.Command(testBinary(t), "sleep")
+	leftover.Env = []string{helperEnv + "=1"}
+	leftover.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := startIn(leftover, cg, nil); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { // ends when Prune kills it, or the cleanup below
+		_ = leftover.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = leftover.Process.Kill()
+		<-exited
+		_ = rec.Cgroups.remove()
+	})
+
+	if n, err := p.Prune(t.Context(), time.Now().Add(-time.Hour)); err != nil || n != 0 {
+		t.Fatalf("Prune = %d, %v; want 0 (nothing old enough), nil", n, err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(providertest.WaitLimit):
+		t.Fatalf("process left in the task's cgroup still running after Prune")
+	}
+	wantCgroupGone(t, rec)
+	if !exists(p.taskDir(h.ID)) {
+		t.Errorf("task directory removed before its time")
+	}
+}
+
+// TestConfinementDisabled: Config.Cgroups.Disable runs tasks unconfined,
+// and says so once.
+func TestConfinementDisabled(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	p := newTestProvider(t, Config{Cgroups: Cgroups{Disable: true}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if c := p.Confinement(); c.CPU || c.Memory || c.CPUSet || c.KillAll || !strings.Contains(c.Missing, "disabled") {
+		t.Errorf("Confinement() = %+v, want nothing enforced, because disabled", c)
+	}
+	task := helperTask(t, "exit", "0")
+	task.Resources = providers.Resources{CPUCores: 1, MemoryBytes: 64 << 20}
+	h := providertest.Start(t, p, task)
+	if st := providertest.WaitDone(t, p, h); st.State != providers.StateSucceeded {
+		t.Errorf("status %+v, want succeeded", st)
+	}
+	if rec := taskState(t, p, h); len(rec.Cgroups) != 0 {
+		t.Errorf("state record names cgroups %+v; want none", rec.Cgroups)
+	}
+	if n := strings.Count(logs.String(), "not fully confined"); n != 1 {
+		t.Errorf("logged %d times that tasks are not confined, want once:\n%s", n, logs.String())
+	}
+}
+
+// TestConfinementNotRoot: a provider that is not root cannot make cgroups;
+// it says so once, and its tasks run unconfined. scripts/test-unprivileged.sh
+// runs it (make test runs as root, where it is skipped).
+func TestConfinementNotRoot(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("runs as a user other than root (scripts/test-unprivileged.sh)")
+	}
+	t.Parallel()
+	var logs syncBuffer
+	p := newTestProvider(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if c := p.Confinement(); c.CPU || c.Memory || c.CPUSet || c.KillAll || !strings.Contains(c.Missing, "root") {
+		t.Errorf("Confinement() = %+v, want nothing enforced, for want of root", c)
+	}
+	for range 2 {
+		task := helperTask(t, "print", "ran")
+		task.Resources = providers.Resources{CPUCores: 1, MemoryBytes: 64 << 20}
+		task.Placement = providers.Placement{CPUs: []int{0}, NUMA: 0}
+		h := providertest.Start(t, p, task)
+		if st := providertest.WaitDone(t, p, h); st.State != providers.StateSucceeded || readFile(t, st.StdoutPath) != "ran" {
+			t.Errorf("status %+v, want succeeded", st)
+		}
+	}
+	if n := strings.Count(logs.String(), "not fully confined"); n != 1 {
+		t.Errorf("logged %d times that tasks are not confined, want once:\n%s", n, logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestCgroupPlan: what a task's reservation and placement become in its
+// cgroup.
+func TestCgroupPlan(t *testing.T) {
+	t.Parallel()
+	host := &cgroupHost{
+		hierarchies: []hierarchy{{base: "/cg/unified/computeboard/local", v2: true, controllers: []string{ctlCPU, ctlMemory, ctlCPUSet}}},
+		conf:        Confinement{CPU: true, Memory: true, CPUSet: true, KillAll: true},
+	}
+	dirs := cgroupSet{{Path: "/cg/unified/computeboard/local/t1", V2: true, Controllers: []string{ctlCPU, ctlMemory, ctlCPUSet}}}
+	tests := map[string]struct {
+		host *cgroupHost
+		task providers.Task
+		want *taskCgroup
+	}{
+		"nothing reserved": {
+			host: host, task: providers.Task{ID: "t1", Placement: providers.Placement{NUMA: -1}},
+			want: &taskCgroup{Dirs: dirs},
+		},
+		"cores, memory, CPUs and a NUMA node": {
+			host: host, task: providers.Task{ID: "t1",
+				Resources: providers.Resources{CPUCores: 1.5, MemoryBytes: 64 << 20},
+				Placement: providers.Placement{CPUs: []int{2, 3, 7}, NUMA: 1}},
+			want: &taskCgroup{Dirs: dirs, CPUQuota: 150_000, CPUPeriod: 100_000, MemoryBytes: 64 << 20, CPUs: "2,3,7", Mems: "1"},
+		},
+		"a sliver of a core gets the least quota the kernel takes": {
+			host: host, task: providers.Task{ID: "t1", Resources: providers.Resources{CPUCores: 0.001}, Placement: providers.Placement{NUMA: -1}},
+			want: &taskCgroup{Dirs: dirs, CPUQuota: 1000, CPUPeriod: 100_000},
+		},
+		"only what is enforced": {
+			host: &cgroupHost{hierarchies: host.hierarchies, conf: Confinement{KillAll: true}},
+			task: providers.Task{ID: "t1", Resources: providers.Resources{CPUCores: 2, MemoryBytes: 1 << 30}, Placement: providers.Placement{CPUs: []int{0}, NUMA: 0}},
+			want: &taskCgroup{Dirs: dirs},
+		},
+		"unconfined": {
+			host: &cgroupHost{conf: Confinement{Missing: "not root"}},
+			task: providers.Task{ID: "t1", Resources: providers.Resources{CPUCores: 2}},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, tc.host.plan(tc.task)); diff != "" {
+				t.Errorf("plan (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
