@@ -256,6 +256,27 @@ func (s *Store) Get(ctx context.Context, id string) (Entry, error) {
 	return e, nil
 }
 
+// Statuses returns the status of each entry in one round trip ("" for an
+// entry that does not exist); it neither decodes the entries nor expires
+// them (what the scheduler needs to see retractions it missed).
+func (s *Store) Statuses(ctx context.Context, ids []string) ([]Status, error) {
+	cmds := make([]*redis.StringCmd, len(ids))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HGet(ctx, s.keys.Entry(id), "status")
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("blackboard: statuses: %w", err)
+	}
+	out := make([]Status, len(ids))
+	for i, c := range cmds {
+		out[i] = Status(c.Val())
+	}
+	return out, nil
+}
+
 // Update changes entry fields in place; a nil field is left alone. Each
 // field whose value changes emits one blackboard.entry.updated event
 // (old/new as JSON: status as its value, priority as its name, tags as a

@@ -844,3 +844,20 @@ func TestExpire(t *testing.T) {
 		t.Errorf("Expire(missing) = %v, want ErrNotFound", err)
 	}
 }
+
+func TestStatuses(t *testing.T) {
+	s := newEnv(t, Config{}).s
+	ctx := context.Background()
+	a, err := s.Post(ctx, NewEntry("t", "m", json.RawMessage(`{}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := s.Post(ctx, NewEntry("t", "m", json.RawMessage(`{}`)))
+	if err := s.Retract(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	sts, err := s.Statuses(ctx, []string{a, b, "nope"})
+	if err != nil || len(sts) != 3 || sts[0] != StatusActive || sts[1] != StatusRetracted || sts[2] != "" {
+		t.Fatalf("statuses %v %v", sts, err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -35,6 +36,8 @@ templates:
   slow:
     command: [/bin/sh, -c, 'echo "$COMPUTEBOARD_REQUEST_ID" >> "$COUNT_FILE"; sleep 6']
     env: {COUNT_FILE: %q}
+  memhog:
+    command: [/bin/sh, -c, 'head -c 300000000 /dev/zero | tail > /dev/null']
   gpu:
     command: [/bin/sh, -c, 'echo "$COMPUTEBOARD_REQUEST_ID $COMPUTEBOARD_NODE $CUDA_VISIBLE_DEVICES" >> "$GPU_FILE"']
     env: {GPU_FILE: %q}
@@ -185,6 +188,19 @@ func TestPool(t *testing.T) {
 		jd := waitExplained(t, st, ids[3])
 		if jd.Status != wire.JobQueued || !strings.Contains(string(jd.Explanation), "H100") {
 			t.Errorf("H100 request: status %s, explanation %s; want queued, naming the model", jd.Status, jd.Explanation)
+		}
+	})
+
+	t.Run("memory limit", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("cgroup confinement needs root")
+		}
+		// 64 MiB asked, 300 MB used: the kernel kills it, and the job says why.
+		ids := postRequests(t, st, "hog", []string{`{"template":"memhog","resource_requirements":{"cpu_cores":0.5,"memory":0.0625}}`})
+		sts := waitAllTerminal(t, rdb, st, ids, 60*time.Second)
+		jd, _ := jobData(t, st, ids[0])
+		if sts[ids[0]] != string(wire.JobFailed) || jd.Error == nil || jd.Error.Code != "oom" {
+			t.Fatalf("memory hog ended %s %+v, want failed with reason oom", sts[ids[0]], jd.Error)
 		}
 	})
 

@@ -225,19 +225,13 @@ func (p *poolMember) runTerm(ctx context.Context, l pool.Leader) error {
 
 // requestStatus reads the status of request entries.
 func (p *poolMember) requestStatus(ctx context.Context, ids []string) ([]string, error) {
-	cmds := make([]*redis.StringCmd, len(ids))
-	_, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = pl.HGet(ctx, p.store.Keys().Entry(id), "status")
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("read request statuses: %w", err)
+	sts, err := p.store.Statuses(ctx, ids)
+	if err != nil {
+		return nil, err
 	}
-	out := make([]string, len(ids))
-	for i, c := range cmds {
-		out[i] = c.Val()
+	out := make([]string, len(sts))
+	for i, st := range sts {
+		out[i] = string(st)
 	}
 	return out, nil
 }
