@@ -89,19 +89,6 @@ func (s *fakeStore) put(j jobs.Job) {
 	s.recs[j.JobID] = j
 }
 
-// mutate changes a record behind the scheduler's back (what another
-// process would do), with no transition logged.
-func (s *fakeStore) mutate(id string, f func(*jobs.Job)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	j, ok := s.recs[id]
-	if !ok {
-		s.t.Fatalf("mutate: no job %s", id)
-	}
-	f(&j)
-	s.recs[id] = j
-}
-
 func (s *fakeStore) rec(id string) jobs.Job {
 	s.mu.Lock()
 	defer s.mu.Unlock()

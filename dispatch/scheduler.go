@@ -39,7 +39,6 @@ type tracked struct {
 	started   time.Time // running: when it started; assigned: when assigned
 	explained explainKey
 	explAt    time.Time
-	stopAsked bool
 }
 
 type explainKey struct {

@@ -373,12 +373,11 @@ func throughput(ctx context.Context, rdb *redis.Client, o options) (time.Duratio
 
 // pacedIntake makes records at a rate and hands them to the scheduler.
 type pacedIntake struct {
-	p        *benchPool
-	specs    []jobs.AcceptSpec
-	next     atomic.Int64
-	start    time.Time
-	rate     float64
-	accepted chan []jobs.Job
+	p     *benchPool
+	specs []jobs.AcceptSpec
+	next  atomic.Int64
+	start time.Time
+	rate  float64
 }
 
 func (in *pacedIntake) NextBatchAdmitted(ctx context.Context, n int, _ func(string) bool) ([]*broker.Delivery, error) {

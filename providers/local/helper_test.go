@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -344,7 +345,8 @@ func helperMain(args []string) int {
 		n, _ := strconv.Atoi(arg(1))
 		for range n {
 			go func() {
-				for {
+				for x := 0; ; x++ { // burn CPU: what the confinement tests measure
+					spinSink.Store(int64(x))
 				}
 			}()
 		}
@@ -432,3 +434,6 @@ func helperTask(t testing.TB, args ...string) providers.Task {
 		Env:  map[string]string{helperEnv: "1"},
 	}
 }
+
+// spinSink keeps the spin loops from being optimised away.
+var spinSink atomic.Int64
