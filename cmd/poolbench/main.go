@@ -69,6 +69,7 @@ func main() {
 type options struct {
 	addr, network string
 	nodes, n      int
+	workers       int
 	cores         float64
 	rate          float64
 	secs          float64
@@ -83,6 +84,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.network, "network", "tcp", "tcp or unix")
 	fs.IntVar(&o.nodes, "nodes", 1000, "fake nodes")
 	fs.IntVar(&o.n, "n", 20000, "jobs of the throughput part (and of the baseline)")
+	fs.IntVar(&o.workers, "workers", 0, "orders the agent handles at once (0: the agent's default)")
 	fs.Float64Var(&o.cores, "cores", 64, "cores of each fake node (each job takes one)")
 	fs.Float64Var(&o.rate, "rate", 2000, "jobs/s offered in the latency part (0: skip it)")
 	fs.Float64Var(&o.secs, "secs", 5, "seconds of the latency part")
@@ -116,7 +118,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("throughput: %w", err)
 	}
-	fmt.Fprintf(stdout, "side=computeboard part=throughput nodes=%d n=%d secs=%.3f assignments_per_s=%.0f ratio_to_baseline=%.2f p50_ms=%.1f p99_ms=%.1f\n",
+	fmt.Fprintf(stdout, "side=computeboard part=throughput nodes=%d n=%d secs=%.3f assignments_per_s=%.0f ratio_to_baseline=%.2f start_to_running_p50_ms=%.1f start_to_running_p99_ms=%.1f\n",
 		o.nodes, o.n, took.Seconds(), float64(o.n)/took.Seconds(), base.Seconds()/took.Seconds(), ms(p50), ms(p99))
 
 	if o.rate > 0 {
@@ -192,7 +194,7 @@ func newPool(rdb *redis.Client, o options) (*benchPool, error) {
 		}
 		nodes = append(nodes, agent.Node{Record: pool.NodeRecord{Node: n, Agent: "bench", Provider: "fake", Fake: true}, Provider: prov})
 	}
-	p.agent, err = agent.New(agent.Config{ID: "bench", Nodes: nodes, Jobs: js, Channel: p.ch, Registry: p.reg, Clock: clk, Logger: log,
+	p.agent, err = agent.New(agent.Config{ID: "bench", Nodes: nodes, Jobs: js, Workers: o.workers, Channel: p.ch, Registry: p.reg, Clock: clk, Logger: log,
 		Resolve: func(wire.Request) (agent.Command, *wire.Error) {
 			return agent.Command{Argv: []string{"/bin/true"}}, nil
 		}})
@@ -278,8 +280,9 @@ func waitRunning(ctx context.Context, a *agent.Agent, want int) error {
 	return nil
 }
 
-// waitLatencies reads accepted→running of jobs from their records.
-func (p *benchPool) latencies(ctx context.Context, ids []string) ([]time.Duration, error) {
+// latencies reads accepted→running of jobs from their records (or, with
+// since > 0, since→running: since in epoch seconds).
+func (p *benchPool) latencies(ctx context.Context, ids []string, since float64) ([]time.Duration, error) {
 	out := make([]time.Duration, 0, len(ids))
 	for i := 0; i < len(ids); i += 1000 {
 		cmds := make([]*redis.SliceCmd, 0, 1000)
@@ -295,6 +298,9 @@ func (p *benchPool) latencies(ctx context.Context, ids []string) ([]time.Duratio
 		for _, c := range cmds {
 			v := c.Val()
 			a, _ := strconv.ParseFloat(fmt.Sprint(v[0]), 64)
+			if since > 0 {
+				a = since
+			}
 			s, err := strconv.ParseFloat(fmt.Sprint(v[1]), 64)
 			if err != nil {
 				return nil, fmt.Errorf("a job without started_at: %v", v)
@@ -360,13 +366,9 @@ func throughput(ctx context.Context, rdb *redis.Client, o options) (time.Duratio
 		ids[i] = r.JobID
 	}
 	// From the scheduler's start (the records were made before it).
-	lat, err := p.latencies(ctx, ids)
+	lat, err := p.latencies(ctx, ids, float64(begin.UnixNano())/1e9)
 	if err != nil {
 		return 0, 0, 0, err
-	}
-	shift := begin.Sub(time.Unix(0, 0)).Seconds() - recs[len(recs)-1].AcceptedAt
-	for i := range lat {
-		lat[i] -= time.Duration(shift * float64(time.Second))
 	}
 	return took, quantile(lat, 0.5), quantile(lat, 0.99), nil
 }
@@ -464,7 +466,7 @@ func latency(ctx context.Context, rdb *redis.Client, o options) (int, time.Durat
 	for i, sp := range specs {
 		ids[i] = sp.JobID
 	}
-	lat, err := p.latencies(ctx, ids)
+	lat, err := p.latencies(ctx, ids, 0)
 	if err != nil {
 		return 0, 0, 0, err
 	}
