@@ -66,7 +66,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatalf("elect: %v %v", ok, err)
 	}
 	return &env{t: t, ctx: t.Context(), rdb: rdb, keys: k, board: bb, clk: clk, jobs: js,
-		ch: pool.NewChannel(rdb, k), reg: pool.NewRegistry(rdb, k, clk),
+		ch: pool.NewChannel(rdb, k), reg: pool.NewRegistry(rdb, k),
 		fence: pool.Fence{Key: el.FenceKey(), Epoch: l.Epoch}, prov: fake.New("fake", clk, time.Hour), log: log}
 }
 

@@ -303,7 +303,7 @@ func (f *fakeNodes) remove(name string) {
 	delete(f.live, name)
 }
 
-func (f *fakeNodes) Nodes(context.Context) ([]pool.NodeState, error) {
+func (f *fakeNodes) Nodes(context.Context) ([]pool.NodeState, time.Time, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.clk.Now()
@@ -317,7 +317,7 @@ func (f *fakeNodes) Nodes(context.Context) ([]pool.NodeState, error) {
 		st.Node = st.Node.Clone()
 		out = append(out, st)
 	}
-	return out, nil
+	return out, now, nil
 }
 
 // --- orders ------------------------------------------------------------------
@@ -626,6 +626,16 @@ func (h *harness) mustCycle() {
 	h.t.Helper()
 	if err := h.cycle(); err != nil {
 		h.t.Fatalf("step: %v", err)
+	}
+}
+
+// watch lets d pass a second at a time, a cycle each: the scheduler keeps
+// its view of Redis (registry reads with no gap) all along.
+func (h *harness) watch(d time.Duration) {
+	h.t.Helper()
+	for end := h.clk.Now().Add(d); h.clk.Now().Before(end); {
+		h.clk.Advance(time.Second)
+		h.mustCycle()
 	}
 }
 

@@ -16,14 +16,29 @@ import (
 // a node silent past NodeUnhealthy gets nothing new and its assigned but
 // unstarted jobs are placed again; past NodeTimeout its running jobs end
 // lost (or go back to the queue when their template allows it).
+//
+// Silence is measured in Redis's time (heartbeats are stamped with it),
+// and a node is declared lost only for silence the scheduler witnessed:
+// over a window in which its own reads of Redis kept succeeding. The
+// window starts with the term and starts again after any gap longer than
+// NodeUnhealthy between two successful reads (Redis down, or this process
+// stalled): while Redis was down nobody could beat, so that time proves
+// nothing. Unhealthy (no new work) needs no witness: it is harmless.
 func (s *Scheduler) refreshNodes(ctx context.Context) (bool, error) {
-	states, err := s.nodes.Nodes(ctx)
+	states, rnow, err := s.nodes.Nodes(ctx)
 	if err != nil {
 		if len(states) == 0 {
 			return false, err
 		}
 		s.log.Warn("registry", "err", err)
 	}
+	if s.seenAt.IsZero() || rnow.Sub(s.seenAt) > s.cfg.NodeUnhealthy {
+		if !s.seenAt.IsZero() {
+			s.log.Warn("no view of Redis for a while: node silence counts again from now", "gap", rnow.Sub(s.seenAt).Round(time.Millisecond))
+		}
+		s.witnessFrom = rnow
+	}
+	s.seenAt = rnow
 	now := s.cfg.Clock.Now()
 	changed := false
 	var lostNodes []string
@@ -33,8 +48,9 @@ func (s *Scheduler) refreshNodes(ctx context.Context) (bool, error) {
 	for _, ns := range states {
 		seen[ns.Name] = true
 		en := ns.Node.Engine()
-		silent := now.Sub(ns.LastBeat)
+		silent := rnow.Sub(ns.LastBeat)
 		unhealthy := ns.LastBeat.IsZero() || silent > s.cfg.NodeUnhealthy
+		witnessed := rnow.Sub(maxTime(ns.LastBeat, s.witnessFrom)) // silence seen while Redis answered
 		en.Unhealthy = unhealthy
 		if err := s.ledger.SetNode(en); err != nil {
 			s.log.Warn("node inventory refused", "node", ns.Name, "err", err)
@@ -56,7 +72,7 @@ func (s *Scheduler) refreshNodes(ctx context.Context) (bool, error) {
 				s.log.Info("node healthy again", "node", ns.Name)
 			}
 		}
-		lost := silent > s.cfg.NodeTimeout
+		lost := witnessed > s.cfg.NodeTimeout
 		if lost && !h.lost {
 			s.log.Warn("node lost: ending its running jobs", "node", ns.Name, "silent", silent.Round(time.Millisecond), "node_timeout", s.cfg.NodeTimeout)
 		}
@@ -197,4 +213,11 @@ func (s *Scheduler) Admission(j engine.Job) *engine.Rejection {
 		return nil
 	}
 	return engine.Feasible(nodes, j)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -76,6 +76,8 @@ type Scheduler struct {
 	savedState  time.Time
 	lastSave    time.Time
 	silentSince map[string]time.Time // nodes gone from the registry: when first missed
+	seenAt      time.Time            // Redis's time at the last successful registry read
+	witnessFrom time.Time            // Redis's time since which this scheduler has watched without a gap
 
 	mu         sync.Mutex     // guards everything below; held only for in-memory work
 	handedOver map[string]int // accepted jobs on their way to pending, by account

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -261,8 +262,7 @@ func TestNodeHealth(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := onA(t, true, tc.opts...)
 			h.nodes.silence("a")
-			h.clk.Advance(lost)
-			h.mustCycle()
+			h.watch(lost)
 			h.wantChanges(tc.changes...)
 			h.wantAssigned("j1", tc.assigns...)
 			h.wantPhase("j1", tc.phase)
@@ -275,8 +275,7 @@ func TestNodeHealth(t *testing.T) {
 				t.Errorf("scheduler_lost_jobs = %v, want 1", m)
 			}
 			// Only once.
-			h.clk.Advance(lost)
-			h.cycles(2)
+			h.watch(lost)
 			h.wantChanges(tc.changes...)
 		})
 	}
@@ -663,8 +662,9 @@ func TestRecoveredAssignmentKeepsAssignTimeout(t *testing.T) {
 }
 
 // TestRecoverOnLostNode: a new term whose registry shows a node silent past
-// NodeTimeout ends that node's running jobs lost (the earlier term did not,
-// or they would not be running).
+// NodeTimeout ends that node's running jobs lost once it has itself seen
+// NodeTimeout of that silence (it cannot vouch that Redis was up before
+// its term: nobody could beat while it was down), and not before.
 func TestRecoverOnLostNode(t *testing.T) {
 	h := recovered(t, nil)
 	h.nodes.setBeat("a", t0.Add(-2*time.Minute))
@@ -672,10 +672,43 @@ func TestRecoverOnLostNode(t *testing.T) {
 	if err := h.s.Recover(h.ctx); err != nil {
 		t.Fatal(err)
 	}
-	h.clk.Advance(5 * time.Second)
-	h.cycles(3)
+	h.watch(30 * time.Second)
+	h.wantChanges()
+	h.watch(31 * time.Second)
 	h.wantChanges("scheduler running: running→failed (lost)")
 	h.wantPhase("running", "")
+}
+
+// TestRedisOutageIsNotSilence: a gap in the scheduler's view of Redis (an
+// outage, or the scheduler stalled) longer than NodeTimeout does not make
+// a node lost: nobody could beat meanwhile. Silence counts again from the
+// end of the gap; a node that beats again is healthy, one that stays
+// silent for NodeTimeout after the gap is lost.
+func TestRedisOutageIsNotSilence(t *testing.T) {
+	for _, comesBack := range []bool{true, false} {
+		t.Run(fmt.Sprintf("comes back %v", comesBack), func(t *testing.T) {
+			h := newHarness(t, nil)
+			h.nodes.add(cpuNode("a", 4, 8192))
+			h.submit(h.newJob("j1", 2, 1))
+			h.mustCycle()
+			h.agentStart("j1")
+			h.mustCycle()
+			h.nodes.silence("a")
+			h.clk.Advance(5 * time.Minute) // no read of Redis in between
+			h.cycles(2)
+			h.wantChanges()
+			h.wantPhase("j1", PhaseRunning)
+			if comesBack {
+				h.nodes.add(cpuNode("a", 4, 8192))
+				h.watch(2 * time.Minute)
+				h.wantChanges()
+				h.wantPhase("j1", PhaseRunning)
+				return
+			}
+			h.watch(61 * time.Second)
+			h.wantChanges("scheduler j1: running→failed (lost)")
+		})
+	}
 }
 
 // TestCancel: OnCancel cancels a pending job's record, and sends a stop

@@ -30,9 +30,10 @@ type JobStore interface {
 	LoadEngineState(ctx context.Context, name string) ([]byte, error)
 }
 
-// Nodes is the registry.
+// Nodes is the registry: the nodes, and Redis's time when they were read
+// (the time their heartbeats are stamped in).
 type Nodes interface {
-	Nodes(ctx context.Context) ([]pool.NodeState, error)
+	Nodes(ctx context.Context) ([]pool.NodeState, time.Time, error)
 }
 
 // Orders is the assignment channel and the report stream.

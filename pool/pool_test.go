@@ -233,7 +233,7 @@ func TestRegistry(t *testing.T) {
 	rdb, ns := redistest.New(t)
 	k := blackboard.NewKeys(ns)
 	ctx := context.Background()
-	r := NewRegistry(rdb, k, nil)
+	r := NewRegistry(rdb, k)
 	recs := []NodeRecord{
 		{Node: inventory.Node{Name: "gpu1", CPUs: 8, MemoryMiB: 32768, GPUs: []inventory.GPU{{UUID: "GPU-x", Model: "H100", MemoryMiB: 81920}}}, Agent: "a1", Provider: "local"},
 		{Node: inventory.Node{Name: "cpu1", CPUs: 4, MemoryMiB: 8192}, Agent: "a2", Provider: "local", Confined: []string{"cpu", "memory"}},

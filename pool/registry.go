@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/computeboard/computeboard/blackboard"
-	"github.com/computeboard/computeboard/internal/clock"
 	"github.com/computeboard/computeboard/inventory"
 )
 
@@ -36,15 +35,12 @@ type Registry struct {
 	rdb   redis.UniversalClient
 	nodes string
 	beats string
-	clk   clock.Clock
 }
 
 // NewRegistry returns the registry of the board whose keys are k.
-func NewRegistry(rdb redis.UniversalClient, k blackboard.Keys, clk clock.Clock) *Registry {
-	if clk == nil {
-		clk = clock.Real{}
-	}
-	return &Registry{rdb: rdb, nodes: k.PoolNodes(), beats: k.PoolBeats(), clk: clk}
+// Heartbeats are stamped in Redis's time, never a local clock's.
+func NewRegistry(rdb redis.UniversalClient, k blackboard.Keys) *Registry {
+	return &Registry{rdb: rdb, nodes: k.PoolNodes(), beats: k.PoolBeats()}
 }
 
 // Register writes the nodes' inventories and a first heartbeat for each.
@@ -63,37 +59,27 @@ func (r *Registry) Register(ctx context.Context, recs ...NodeRecord) error {
 		}
 		fields = append(fields, rec.Name, b)
 	}
-	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, r.nodes, fields...)
-		p.ZAdd(ctx, r.beats, r.members(recs)...)
-		return nil
-	})
-	if err != nil {
+	if err := r.rdb.HSet(ctx, r.nodes, fields...).Err(); err != nil {
 		return fmt.Errorf("pool: register nodes: %w", err)
 	}
-	return nil
-}
-
-func (r *Registry) members(recs []NodeRecord) []redis.Z {
-	now := float64(r.clk.Now().UnixMilli())
-	zs := make([]redis.Z, len(recs))
+	names := make([]string, len(recs))
 	for i, rec := range recs {
-		zs[i] = redis.Z{Score: now, Member: rec.Name}
+		names[i] = rec.Name
 	}
-	return zs
+	return r.Beat(ctx, names...)
 }
 
-// Beat renews the nodes' heartbeats (one command for all of them).
+// Beat renews the nodes' heartbeats, stamped with Redis's own time (one
+// script for all of them).
 func (r *Registry) Beat(ctx context.Context, names ...string) error {
 	if len(names) == 0 {
 		return nil
 	}
-	now := float64(r.clk.Now().UnixMilli())
-	zs := make([]redis.Z, len(names))
+	args := make([]any, len(names))
 	for i, n := range names {
-		zs[i] = redis.Z{Score: now, Member: n}
+		args[i] = n
 	}
-	if err := r.rdb.ZAdd(ctx, r.beats, zs...).Err(); err != nil {
+	if err := scriptBeat.Run(ctx, r.rdb, []string{r.beats}, args...).Err(); err != nil {
 		return fmt.Errorf("pool: heartbeat: %w", err)
 	}
 	return nil
@@ -117,20 +103,24 @@ func (r *Registry) Deregister(ctx context.Context, names ...string) error {
 	return err
 }
 
-// Nodes returns every registered node with its last heartbeat, by name. A
-// node with an unreadable record is skipped and named in the error (the
-// others are still returned).
-func (r *Registry) Nodes(ctx context.Context) ([]NodeState, error) {
+// Nodes returns every registered node with its last heartbeat, by name,
+// and Redis's time when it read them (heartbeats are in that time). A node
+// with an unreadable record is skipped and named in the error (the others
+// are still returned).
+func (r *Registry) Nodes(ctx context.Context) ([]NodeState, time.Time, error) {
 	var hc *redis.MapStringStringCmd
 	var zc *redis.ZSliceCmd
+	var tc *redis.TimeCmd
 	_, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		tc = p.Time(ctx)
 		hc = p.HGetAll(ctx, r.nodes)
 		zc = p.ZRangeWithScores(ctx, r.beats, 0, -1)
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("pool: read nodes: %w", err)
+		return nil, time.Time{}, fmt.Errorf("pool: read nodes: %w", err)
 	}
+	now := tc.Val()
 	beats := make(map[string]time.Time, len(zc.Val()))
 	for _, z := range zc.Val() {
 		if s, ok := z.Member.(string); ok {
@@ -158,7 +148,7 @@ func (r *Registry) Nodes(ctx context.Context) ([]NodeState, error) {
 	})
 	if len(bad) > 0 {
 		slices.Sort(bad)
-		return out, fmt.Errorf("pool: unreadable node records: %v", bad)
+		return out, now, fmt.Errorf("pool: unreadable node records: %v", bad)
 	}
-	return out, nil
+	return out, now, nil
 }

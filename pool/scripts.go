@@ -19,6 +19,8 @@ var (
 	luaAssign string
 	//go:embed lua/order.lua
 	luaOrder string
+	//go:embed lua/beat.lua
+	luaBeat string
 )
 
 var (
@@ -27,4 +29,5 @@ var (
 	scriptRelease = redis.NewScript(luaRelease)
 	scriptAssign  = redis.NewScript(luaAssign)
 	scriptOrder   = redis.NewScript(luaOrder)
+	scriptBeat    = redis.NewScript(luaBeat)
 )

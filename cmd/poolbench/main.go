@@ -183,7 +183,7 @@ func newPool(rdb *redis.Client, o options) (*benchPool, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &benchPool{rdb: rdb, keys: st.Keys(), store: st, jobs: js, ch: pool.NewChannel(rdb, st.Keys()), reg: pool.NewRegistry(rdb, st.Keys(), clk), log: log}
+	p := &benchPool{rdb: rdb, keys: st.Keys(), store: st, jobs: js, ch: pool.NewChannel(rdb, st.Keys()), reg: pool.NewRegistry(rdb, st.Keys()), log: log}
 	// FAKE nodes (providers/fake): nothing runs; a task "runs" an hour.
 	prov := fake.New("fake", clk, time.Hour)
 	var nodes []agent.Node

@@ -115,7 +115,7 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 		return err
 	}
 	p := &poolMember{cfg: cfg, rdb: rdb, store: store, jobs: js, clk: clk, log: logger,
-		registry: pool.NewRegistry(rdb, store.Keys(), clk), channel: pool.NewChannel(rdb, store.Keys())}
+		registry: pool.NewRegistry(rdb, store.Keys()), channel: pool.NewChannel(rdb, store.Keys())}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
