@@ -36,6 +36,8 @@ templates:
   slow:
     command: [/bin/sh, -c, 'echo "$COMPUTEBOARD_REQUEST_ID" >> "$COUNT_FILE"; sleep 6']
     env: {COUNT_FILE: %q}
+  slower:
+    command: [sleep, '14']
   memhog:
     command: [/bin/sh, -c, 'head -c 300000000 /dev/zero | tail > /dev/null']
   gpu:
@@ -323,4 +325,43 @@ func waitExplained(t *testing.T, st *blackboard.Store, reqID string) wire.JobDat
 		return ok && len(jd.Explanation) > 0
 	})
 	return jd
+}
+
+// TestPoolRedisOutage: Redis is down for longer than node_timeout while a
+// job runs on a healthy agent. Nobody could beat meanwhile, so when Redis
+// comes back the job is not ended lost: it ends as it really ended
+// (issue 11, defect 3: a 20 s outage with a 15 s node_timeout, scaled down).
+func TestPoolRedisOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: a Redis outage")
+	}
+	t.Parallel()
+	srv := redistest.StartT(t, redistest.Options{AOF: true, TCP: true})
+	rdb := srv.Client(t)
+	board := redistest.Namespace(t)
+	st := storeFor(t, rdb, board)
+	dir := jobDir(t)
+	url := srv.URL()
+	// Beats every 1.5 s: when Redis is back, the scheduler reads the
+	// registry before the agent's first beat. node_timeout 4 s (the pool
+	// config) against a 7 s outage.
+	cfg := writeConfig(t, strings.Replace(readFile(t, poolConfig(t, board, dir, "solo", agentNode("solo", ""))),
+		"heartbeat: 250ms\n  node_unhealthy: 1500ms", "heartbeat: 1500ms\n  node_unhealthy: 3s", 1))
+	startProc(t, "--config", cfg, "--redis", url, "--role", "both")
+	eventually(t, 15*time.Second, "the node registered", func() bool {
+		return rdb.HLen(context.Background(), st.Keys().PoolNodes()).Val() == 1
+	})
+	// The job outlives the outage by about 6 s.
+	ids := postRequests(t, st, "outage", []string{`{"template":"slower","resource_requirements":{"cpu_cores":0.5,"memory":0.05}}`})
+	eventually(t, 30*time.Second, "the job running", func() bool { return jobStatuses(t, rdb, st, ids)[ids[0]] == "running" })
+	srv.Kill()
+	time.Sleep(7 * time.Second)
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	sts := waitAllTerminal(t, rdb, st, ids, 60*time.Second)
+	jd, _ := jobData(t, st, ids[0])
+	if sts[ids[0]] != string(wire.JobSucceeded) {
+		t.Fatalf("the job of a healthy node across a Redis outage ended %s %+v, want succeeded", sts[ids[0]], jd.Error)
+	}
 }
