@@ -47,3 +47,32 @@ func (s *Store) EmitFinished(ctx context.Context, jd wire.JobData) {
 		s.log.Warn("job finished, event not emitted", "job", jd.JobID, "status", jd.Status, "err", err)
 	}
 }
+
+// EventJobCorrected is raised (source "compute") when a job's terminal
+// status is replaced by its true outcome: a job ended `lost` because its
+// node went silent, whose node came back and reported how it really ended.
+// compute.job.finished is raised again with the new status too, so a
+// waiter that saw the first one learns the outcome. Payload:
+// JobCorrectedEvent.
+const EventJobCorrected = "compute.job.corrected"
+
+// JobCorrectedEvent is the payload of EventJobCorrected.
+type JobCorrectedEvent struct {
+	JobFinishedEvent
+	PreviousStatus wire.JobStatus `json:"previous_status"`
+}
+
+func (s *Store) emitCorrected(ctx context.Context, jd wire.JobData, from wire.JobStatus) {
+	ev := JobCorrectedEvent{JobFinishedEvent: JobFinishedEvent{JobID: jd.JobID, Status: jd.Status, RequestEntryID: jd.RequestEntryID,
+		Account: jd.Account, ExitCode: jd.ExitCode, ReasonCode: jd.ReasonCode, FinishedAt: jd.FinishedAt}, PreviousStatus: from}
+	if jd.Error != nil {
+		ev.ErrorCode = jd.Error.Code
+	}
+	p, err := json.Marshal(ev)
+	if err == nil {
+		_, err = s.board.Emit(ctx, blackboard.Event{Type: EventJobCorrected, Source: wire.SourceModule, Payload: p})
+	}
+	if err != nil {
+		s.log.Warn("job corrected, event not emitted", "job", jd.JobID, "status", jd.Status, "err", err)
+	}
+}

@@ -100,5 +100,8 @@ func (s *Store) Transition(ctx context.Context, jobID string, from, to wire.JobS
 	}
 	s.mirrorDuplicates(ctx, j.JobData, h)
 	s.EmitFinished(ctx, j.JobData)
+	if from.Terminal() { // a correction (wire.LegalCorrection)
+		s.emitCorrected(ctx, j.JobData, from)
+	}
 	return j, nil
 }
