@@ -49,7 +49,7 @@ func (s *Scheduler) refreshNodes(ctx context.Context) (bool, error) {
 		seen[ns.Name] = true
 		en := ns.Node.Engine()
 		silent := rnow.Sub(ns.LastBeat)
-		unhealthy := ns.LastBeat.IsZero() || silent > s.cfg.NodeUnhealthy
+		unhealthy := ns.LastBeat.IsZero() || silent > s.cfg.NodeUnhealthy || ns.Unhealthy != ""
 		witnessed := rnow.Sub(maxTime(ns.LastBeat, s.witnessFrom)) // silence seen while Redis answered
 		en.Unhealthy = unhealthy
 		if err := s.ledger.SetNode(en); err != nil {
@@ -66,9 +66,12 @@ func (s *Scheduler) refreshNodes(ctx context.Context) (bool, error) {
 		}
 		if h.unhealthy != unhealthy {
 			changed = true
-			if unhealthy {
+			switch {
+			case unhealthy && ns.Unhealthy != "":
+				s.log.Warn("node unhealthy: its agent says so", "node", ns.Name, "why", ns.Unhealthy)
+			case unhealthy:
 				s.log.Warn("node unhealthy: no heartbeat", "node", ns.Name, "silent", silent.Round(time.Millisecond))
-			} else if h.rec.Name != "" {
+			case h.rec.Name != "":
 				s.log.Info("node healthy again", "node", ns.Name)
 			}
 		}

@@ -1149,3 +1149,37 @@ func TestIntakeAdmit(t *testing.T) {
 type inventoryNode = inventory.Node
 
 func ptr[T any](v T) *T { return &v }
+
+// TestNodeTakesItselfOut: a node whose agent registered a reason to be out
+// of scheduling (its starts keep failing) gets nothing, beats or not, and
+// says why in the node view; cleared, it takes work again.
+func TestNodeTakesItselfOut(t *testing.T) {
+	h := newHarness(t, nil)
+	h.nodes.add(cpuNode("a", 4, 8192))
+	h.nodes.add(cpuNode("b", 4, 8192))
+	setWhy := func(why string) {
+		h.nodes.mu.Lock()
+		st := h.nodes.states["a"]
+		st.Unhealthy = why
+		h.nodes.states["a"] = st
+		h.nodes.mu.Unlock()
+	}
+	setWhy("3 starts failed in a row: read-only file system")
+	h.submit(h.newJob("j1", 4, 1))
+	h.submit(h.newJob("j2", 4, 1))
+	h.cycles(3)
+	got := h.orders.allAssigned()
+	if len(got) != 1 || got[0].Placement.Node != "b" {
+		t.Fatalf("assignments %+v, want one, to b", got)
+	}
+	for _, v := range h.s.NodeViews() {
+		if v.Name == "a" && (v.Healthy || v.Why == "") {
+			t.Errorf("node view of a: %+v, want unhealthy with its reason", v)
+		}
+	}
+	setWhy("")
+	h.cycles(2)
+	if n := len(h.orders.allAssigned()); n != 2 {
+		t.Errorf("%d assignments once a is back, want 2", n)
+	}
+}

@@ -101,6 +101,7 @@ type NodeView struct {
 	Provider  string            `json:"provider"`
 	Fake      bool              `json:"fake,omitempty"`
 	Healthy   bool              `json:"healthy"`
+	Why       string            `json:"unhealthy_reason,omitempty"` // the agent's own reason, when it took the node out
 	Lost      bool              `json:"lost,omitempty"`
 	LastBeat  *float64          `json:"last_heartbeat"`
 	Labels    map[string]string `json:"labels,omitempty"`
@@ -141,7 +142,7 @@ func (s *Scheduler) NodeViews() []NodeView {
 	for _, n := range s.ledger.Snapshot() {
 		h := s.health[n.Name]
 		v := NodeView{Name: n.Name, Agent: h.rec.Agent, Provider: h.rec.Provider, Fake: h.rec.Fake,
-			Healthy: !n.Unhealthy, Lost: h.lost, Labels: n.Labels, Confined: slices.Clone(h.rec.Confined),
+			Healthy: !n.Unhealthy, Lost: h.lost, Why: h.rec.Unhealthy, Labels: n.Labels, Confined: slices.Clone(h.rec.Confined),
 			Capacity: dims(n.Capacity), Allocated: dims(n.Allocated), Jobs: jobsOn[n.Name]}
 		if !h.lastBeat.IsZero() {
 			f := float64(h.lastBeat.UnixNano()) / 1e9

@@ -22,6 +22,11 @@ type NodeRecord struct {
 	// Confined lists the controls the node's provider enforces on each
 	// task ("cpu", "memory", "cpuset", "kill"); absent ones are not claimed.
 	Confined []string `json:"confined,omitempty"`
+	// Unhealthy, when set, says why the node took itself out of
+	// scheduling (its provider failed several starts in a row: a full or
+	// read-only disk, say); the scheduler places nothing on it until its
+	// agent clears it.
+	Unhealthy string `json:"unhealthy,omitempty"`
 }
 
 // NodeState is a registered node and its last heartbeat.
