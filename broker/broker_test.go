@@ -302,6 +302,34 @@ func TestReclaim(t *testing.T) {
 
 func withConsumer(cfg Config, name string) Config { cfg.Consumer = name; return cfg }
 
+// TestReclaimTakesTheBacklogAtOnce: a dead consumer's idle backlog is taken
+// over in one reclaim round, as far as the inbox has room, not 256 per
+// ReclaimInterval (3,563 requests took 343 s that way).
+func TestReclaimTakesTheBacklogAtOnce(t *testing.T) {
+	bd := newBoard(t)
+	cfg := Config{ClaimIdle: time.Minute, InboxCapacity: 2000}
+	a := bd.broker(t, withConsumer(cfg, "a"))
+	b := bd.broker(t, withConsumer(cfg, "b"))
+	const n = 700
+	for range n {
+		bd.post(t, "m", okData)
+	}
+	if got := feed(t, a); got != n {
+		t.Fatalf("a read %d, want %d", got, n)
+	}
+	bd.age(t, "a", 2*time.Minute)
+	got, err := b.reclaimStep(t.Context())
+	if err != nil || got != n {
+		t.Fatalf("one reclaim round took over %d of %d (%v)", got, n, err)
+	}
+	// With less room, it stops at the room.
+	c := bd.broker(t, withConsumer(Config{ClaimIdle: time.Minute, InboxCapacity: 300}, "c"))
+	bd.age(t, "b", 2*time.Minute)
+	if got, err := c.reclaimStep(t.Context()); err != nil || got != 300 {
+		t.Fatalf("a 300-slot inbox took over %d (%v), want 300", got, err)
+	}
+}
+
 // TestOwnPendingAfterRestart: a broker restarted under the same consumer
 // name re-reads its own pending requests at once.
 func TestOwnPendingAfterRestart(t *testing.T) {

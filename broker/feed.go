@@ -364,28 +364,37 @@ func (b *Broker) reclaimStep(ctx context.Context) (int, error) {
 	}
 	total := 0
 	for _, l := range b.lanes.lanes {
-		room := min(b.inbox.Free(), 256, b.readCap())
-		if room <= 0 {
-			break
-		}
-		res, err := scriptClaim.Run(ctx, b.rdb, []string{l.key}, blackboard.InboxGroup,
-			b.cfg.Consumer, b.cfg.ClaimIdle.Milliseconds(), b.claimCursor[l.key], room, b.cfg.MaxMessageBytes, b.cfg.DLQEntryBytes).Slice()
-		if err != nil {
-			return total, fmt.Errorf("reclaim %s: %w", l.key, err)
-		}
-		if len(res) != 3 {
-			return total, fmt.Errorf("reclaim %s: unexpected reply %v", l.key, res)
-		}
-		b.claimCursor[l.key], _ = res[0].(string)
-		msgs := parseCounted(l, res[1])
-		if del, _ := res[2].([]any); len(del) > 0 {
-			b.log.Warn("pending requests were deleted from their lane before being finished",
-				"queue", l.key, "count", len(del))
-		}
-		total += len(msgs)
-		b.m.reclaimed.Add(int64(len(msgs)))
-		if err := b.ingest(ctx, msgs); err != nil {
-			return total, err
+		// A lane's idle backlog is taken in one go, as far as the inbox
+		// has room (batches of 256 per script call), not 256 per
+		// ReclaimInterval: recovery after a crash is bounded by ClaimIdle
+		// plus the time to read, not by the interval.
+		for {
+			room := min(b.inbox.Free(), 256, b.readCap())
+			if room <= 0 {
+				return total, nil
+			}
+			res, err := scriptClaim.Run(ctx, b.rdb, []string{l.key}, blackboard.InboxGroup,
+				b.cfg.Consumer, b.cfg.ClaimIdle.Milliseconds(), b.claimCursor[l.key], room, b.cfg.MaxMessageBytes, b.cfg.DLQEntryBytes).Slice()
+			if err != nil {
+				return total, fmt.Errorf("reclaim %s: %w", l.key, err)
+			}
+			if len(res) != 3 {
+				return total, fmt.Errorf("reclaim %s: unexpected reply %v", l.key, res)
+			}
+			b.claimCursor[l.key], _ = res[0].(string)
+			msgs := parseCounted(l, res[1])
+			if del, _ := res[2].([]any); len(del) > 0 {
+				b.log.Warn("pending requests were deleted from their lane before being finished",
+					"queue", l.key, "count", len(del))
+			}
+			total += len(msgs)
+			b.m.reclaimed.Add(int64(len(msgs)))
+			if err := b.ingest(ctx, msgs); err != nil {
+				return total, err
+			}
+			if b.claimCursor[l.key] == "0-0" || len(msgs) == 0 {
+				break // the lane's scan is done
+			}
 		}
 	}
 	return total, nil
