@@ -185,6 +185,8 @@ func (b *Broker) ackBatch(ctx context.Context, ds []*Delivery) []error {
 		switch {
 		case err != nil:
 			errs[i] = fmt.Errorf("ack %s: %w", ds[i].MessageID, err)
+		case n == -2:
+			errs[i] = fmt.Errorf("ack %s: %w", ds[i].MessageID, b.fencedErr())
 		case n < 0:
 			b.log.Info("request taken over by another consumer before it was finished here", "entry_id", ds[i].EntryID)
 		}

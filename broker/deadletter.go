@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -110,6 +111,8 @@ func (b *Broker) writeDeadLetter(ctx context.Context, d *Delivery, fields []any)
 	case -1:
 		b.log.Info("request taken over by another consumer before it was finished here", "entry_id", d.EntryID)
 		return false, nil
+	case -2:
+		return false, fmt.Errorf("dead letter %s: %w", d.MessageID, b.fencedErr())
 	}
 	return true, nil
 }
@@ -117,8 +120,18 @@ func (b *Broker) writeDeadLetter(ctx context.Context, d *Delivery, fields []any)
 // ackKeys and ackArgs are the KEYS and first ARGV of ack.lua and
 // deadletter.lua for d: lane, dead-letter stream, marks; group, consumer,
 // message id, the stream's MAXLEN and MINID.
+// A scheduler's broker (its job store fenced) adds the fencing epoch key
+// and its epoch: a deposed scheduler acknowledges and dead-letters nothing.
 func (b *Broker) ackKeys(d *Delivery) []string {
+	if f := b.jobs.Fence(); f.Key != "" {
+		return []string{d.stream, b.keys.DLQ(), b.keys.DLQWritten(), f.Key}
+	}
 	return []string{d.stream, b.keys.DLQ(), b.keys.DLQWritten()}
+}
+
+// fencedErr says this broker's scheduler was deposed.
+func (b *Broker) fencedErr() error {
+	return fmt.Errorf("%w: epoch %d is no longer the scheduler's", jobs.ErrFenced, b.jobs.Fence().Epoch)
 }
 
 func (b *Broker) ackArgs(d *Delivery) []any {
@@ -126,7 +139,11 @@ func (b *Broker) ackArgs(d *Delivery) []any {
 	if b.cfg.DLQMaxAge > 0 {
 		minID = strconv.FormatInt(b.cfg.Clock.Now().Add(-b.cfg.DLQMaxAge).UnixMilli(), 10) + "-0"
 	}
-	return []any{blackboard.InboxGroup, b.cfg.Consumer, d.MessageID, b.cfg.DLQMaxLen, minID}
+	epoch := ""
+	if f := b.jobs.Fence(); f.Key != "" {
+		epoch = strconv.FormatInt(f.Epoch, 10)
+	}
+	return []any{blackboard.InboxGroup, b.cfg.Consumer, d.MessageID, b.cfg.DLQMaxLen, minID, epoch}
 }
 
 // deadFields are a dead letter's fields. The entry is kept verbatim up to

@@ -872,6 +872,8 @@ func (b *Broker) ack(ctx context.Context, d *Delivery, dead []any) error {
 	switch {
 	case n == 1 && dead != nil:
 		b.m.deadLettered.Add(1)
+	case n == -2:
+		return fmt.Errorf("ack %s: %w", d.MessageID, b.fencedErr())
 	case n < 0:
 		b.log.Info("request taken over by another consumer before it was finished here", "entry_id", d.EntryID)
 	}

@@ -62,3 +62,39 @@ func TestConfigJobs(t *testing.T) {
 		t.Errorf("Accept once the fence is current: %+v, created %v", j, created)
 	}
 }
+
+// TestFencedAckAndDeadLetter: a deposed scheduler's broker (its job store
+// fenced at a stale epoch) neither dead-letters nor acknowledges: the
+// message stays pending for the current scheduler.
+func TestFencedAckAndDeadLetter(t *testing.T) {
+	bd := newBoard(t)
+	ctx := t.Context()
+	js, err := jobs.New(bd.rdb, bd.store, jobs.Config{Clock: bd.clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := bd.keys.PoolEpoch()
+	if err := bd.rdb.Set(ctx, key, 2, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	fb := bd.broker(t, Config{Consumer: "old", Jobs: js.Fenced(jobs.Fence{Key: key, Epoch: 1})})
+	bd.post(t, "m", okData)
+	feed(t, fb)
+	d := next(t, fb)
+	err = fb.Reject(ctx, d, &wire.Error{Code: wire.CodeInvalidValue, Message: "refused by a deposed scheduler"})
+	if !errors.Is(err, jobs.ErrFenced) {
+		t.Fatalf("Reject through a stale fence: %v, want ErrFenced", err)
+	}
+	if n := bd.rdb.XLen(ctx, bd.keys.DLQ()).Val(); n != 0 {
+		t.Errorf("%d dead letters written by a deposed scheduler", n)
+	}
+	if _, p := bd.laneTotals(t); p != 1 {
+		t.Errorf("%d messages pending, want 1", p)
+	}
+	if errs := fb.ackBatch(ctx, []*Delivery{d}); !errors.Is(errs[0], jobs.ErrFenced) {
+		t.Errorf("ack through a stale fence: %v, want ErrFenced", errs[0])
+	}
+	if _, p := bd.laneTotals(t); p != 1 {
+		t.Errorf("%d messages pending after a fenced ack, want 1", p)
+	}
+}

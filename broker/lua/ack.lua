@@ -8,15 +8,21 @@
 -- KEYS[1]  the message's intake lane stream
 -- KEYS[2]  the dead-letter stream
 -- KEYS[3]  P:inbox:compute:dlq:written HASH (see deadletter.lua)
+-- KEYS[4]  (a scheduler's broker only) the pool's fencing epoch key
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer name
 -- ARGV[3]  message id
 -- ARGV[4]  dead-letter stream MAXLEN (negative: no cap)
 -- ARGV[5]  dead-letter MINID ('' = none)
--- ARGV[6..] dead-letter field, value pairs; none: no dead letter
+-- ARGV[6]  the writer's fencing epoch (read only with KEYS[4])
+-- ARGV[7..] dead-letter field, value pairs; none: no dead letter
 --
 -- Returns 1 when done now, 0 when the message was no longer pending
--- (already finished), -1 when another consumer owns it (nothing done).
+-- (already finished), -1 when another consumer owns it (nothing done),
+-- -2 when KEYS[4] holds another epoch (a deposed scheduler: nothing done).
+if KEYS[4] and redis.call('GET', KEYS[4]) ~= ARGV[6] then
+  return -2
+end
 local key, group, consumer, id = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local mark = key .. '/' .. id
 local owner = pending_info(key, group, id)
@@ -30,9 +36,9 @@ if owner ~= consumer then
 end
 redis.call('XACK', key, group, id)
 redis.call('XDEL', key, id)
-if redis.call('HDEL', KEYS[3], mark) == 0 and #ARGV > 5 then
+if redis.call('HDEL', KEYS[3], mark) == 0 and #ARGV > 6 then
   local fields = {}
-  for i = 6, #ARGV do
+  for i = 7, #ARGV do
     fields[#fields + 1] = ARGV[i]
   end
   add_dead_letter(KEYS[2], ARGV[4], ARGV[5], fields)
