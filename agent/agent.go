@@ -21,6 +21,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,10 +69,17 @@ type Config struct {
 	Channel  *pool.Channel
 	Registry *pool.Registry
 	Beat     time.Duration // heartbeat interval (default 2 s)
-	Poll     time.Duration // how often running tasks are polled (default 200 ms)
-	Workers  int           // orders handled at once (default 32)
-	Clock    clock.Clock
-	Logger   *slog.Logger
+	// Poll is how often running tasks are polled (default 200 ms). A task
+	// whose provider is a providers.Notifier is polled when the provider
+	// says it ended, and on this tick only while it is being stopped (the
+	// stop is retried until it ends).
+	Poll time.Duration
+	// SafetyPoll is how often every task of a Notifier provider is polled
+	// anyway, for ends the provider did not notify (default 5 s).
+	SafetyPoll time.Duration
+	Workers    int // orders handled at once (default 32)
+	Clock      clock.Clock
+	Logger     *slog.Logger
 }
 
 // Agent serves its nodes until its context ends.
@@ -84,6 +92,9 @@ type Agent struct {
 	mu    sync.Mutex
 	tasks map[string]*task // by job ID; guarded by mu
 	stats Stats            // guarded by mu
+	// stopping holds the tasks stopTask was asked to stop, some of which
+	// may have ended since; guarded by mu.
+	stopping map[*task]bool
 }
 
 // Stats counts what the agent did since it started.
@@ -121,6 +132,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = 200 * time.Millisecond
+	}
+	if cfg.SafetyPoll <= 0 {
+		cfg.SafetyPoll = 5 * time.Second
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 32
@@ -404,24 +418,196 @@ func (a *Agent) launch(ctx context.Context, node Node, rec jobs.Job, pl provider
 	return tk
 }
 
-// pollLoop polls the running tasks every Poll.
+// pollLoop polls the running tasks: every Poll, or, for the tasks of a
+// providers.Notifier, when it says they ended, every Poll while they are
+// being stopped, and every SafetyPoll in any case.
 func (a *Agent) pollLoop(ctx context.Context) error {
+	ended, wait := a.notices(ctx)
+	defer wait()
 	t := time.NewTicker(a.cfg.Poll)
 	defer t.Stop()
+	if ended == nil { // no Notifier: every task on every tick
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+				a.pollOnce(ctx)
+			}
+		}
+	}
+	allNotify := true // no task needs the tick but those being stopped
+	for _, n := range a.nodes {
+		if _, ok := n.Provider.(providers.Notifier); !ok {
+			allNotify = false
+		}
+	}
+	safety := time.NewTicker(a.cfg.SafetyPoll)
+	defer safety.Stop()
+	// Notices of tasks not tracked: one that ended before launch tracked
+	// it, or one already recorded. Looked up again on the next few ticks.
+	unmatched := map[providers.Handle]int{}
+	// The first tick polls every task, as without a Notifier: those
+	// Recover re-attached, whatever they did meanwhile.
+	first := true
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case h := <-ended:
+			hs := []providers.Handle{h}
+		drain: // take what else has come, to poll it in one go
+			for len(hs) < 1024 {
+				select {
+				case h := <-ended:
+					hs = append(hs, h)
+				default:
+					break drain
+				}
+			}
+			a.pollTasks(ctx, a.notified(hs, unmatched))
 		case <-t.C:
+			if first {
+				first = false
+				a.pollOnce(ctx)
+				continue
+			}
+			var retry []providers.Handle
+			for h, n := range unmatched {
+				if retry = append(retry, h); n <= 1 {
+					delete(unmatched, h)
+				} else {
+					unmatched[h] = n - 1
+				}
+			}
+			a.pollTasks(ctx, a.notified(retry, nil))
+			a.pollTasks(ctx, a.ticked(allNotify)) // after: a task ended above is no longer tracked
+		case <-safety.C:
+			clear(unmatched)
 			a.pollOnce(ctx)
 		}
 	}
 }
 
+// notices returns one channel carrying the notices of every Notifier among
+// the nodes' providers (nil if there is none), and a function that waits
+// for the goroutines it started, which end with ctx.
+func (a *Agent) notices(ctx context.Context) (<-chan providers.Handle, func()) {
+	var chans []<-chan providers.Handle
+	for _, name := range a.names {
+		if n, ok := a.nodes[name].Provider.(providers.Notifier); ok {
+			if c := n.Ended(); !slices.Contains(chans, c) { // nodes may share a provider
+				chans = append(chans, c)
+			}
+		}
+	}
+	switch len(chans) {
+	case 0:
+		return nil, func() {}
+	case 1:
+		return chans[0], func() {}
+	}
+	out := make(chan providers.Handle, providers.EndedBuffer)
+	var wg sync.WaitGroup
+	for _, c := range chans {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case h := <-c:
+					select {
+					case out <- h:
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+		})
+	}
+	return out, wg.Wait
+}
+
+// notified returns the tracked tasks of the handles hs, once each. With
+// unmatched set, it notes there the handles it does not find, to be looked
+// up again on the next ticks.
+func (a *Agent) notified(hs []providers.Handle, unmatched map[providers.Handle]int) []*task {
+	if len(hs) == 0 {
+		return nil
+	}
+	var ts []*task
+	seen := make(map[*task]bool, len(hs))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, h := range hs {
+		t := a.byHandle(h)
+		switch {
+		case t == nil && unmatched != nil:
+			unmatched[h] = unmatchedTicks
+		case t != nil && !seen[t]:
+			seen[t] = true
+			ts = append(ts, t)
+		}
+	}
+	return ts
+}
+
+// unmatchedTicks is how many Poll ticks a notice of an untracked task is
+// kept for.
+const unmatchedTicks = 3
+
+// byHandle finds the tracked task of h. Handles whose ID is the task ID
+// (the local and fake providers': TaskID(job, attempt)) are found by job;
+// others by a scan. The caller holds mu.
+func (a *Agent) byHandle(h providers.Handle) *task {
+	if i := strings.LastIndexByte(h.ID, '-'); i > 0 {
+		if t := a.tasks[h.ID[:i]]; t != nil && t.handle == h {
+			return t
+		}
+	}
+	for _, t := range a.tasks {
+		if t.handle == h {
+			return t
+		}
+	}
+	return nil
+}
+
+// ticked returns the tasks polled on every Poll tick: those being stopped,
+// and those of a provider that does not notify (none if allNotify).
+func (a *Agent) ticked(allNotify bool) []*task {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var ts []*task
+	for t := range a.stopping {
+		if a.tasks[t.rec.JobID] != t {
+			delete(a.stopping, t) // ended
+			continue
+		}
+		ts = append(ts, t)
+	}
+	if allNotify {
+		return ts
+	}
+	for _, t := range a.tasks {
+		if _, ok := t.prov.(providers.Notifier); !ok && !a.stopping[t] {
+			ts = append(ts, t)
+		}
+	}
+	return ts
+}
+
+// pollOnce polls every task.
 func (a *Agent) pollOnce(ctx context.Context) {
 	a.mu.Lock()
 	ts := slices.Collect(maps.Values(a.tasks))
 	a.mu.Unlock()
+	a.pollTasks(ctx, ts)
+}
+
+// pollTasks polls ts, retries the stops of those being stopped, and
+// records the ends.
+func (a *Agent) pollTasks(ctx context.Context, ts []*task) {
 	for _, t := range ts {
 		if ctx.Err() != nil {
 			return
@@ -450,6 +636,12 @@ func (a *Agent) pollOnce(ctx context.Context) {
 // stopTask asks the provider to stop t, without waiting long: the poll
 // loop records the outcome, and retries the stop while the task runs.
 func (a *Agent) stopTask(ctx context.Context, t *task) {
+	a.mu.Lock()
+	if a.stopping == nil {
+		a.stopping = map[*task]bool{}
+	}
+	a.stopping[t] = true // for the poll loop's tick (see ticked)
+	a.mu.Unlock()
 	sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	if err := t.prov.Stop(sctx, t.handle); err != nil && sctx.Err() == nil {

@@ -244,7 +244,7 @@ func TestRegistry(t *testing.T) {
 	if err := r.Register(ctx, NodeRecord{}); err == nil {
 		t.Fatal("a nameless node registered")
 	}
-	nodes, err := r.Nodes(ctx)
+	nodes, _, err := r.Nodes(ctx)
 	if err != nil || len(nodes) != 2 {
 		t.Fatalf("%v %+v", err, nodes)
 	}
@@ -255,19 +255,19 @@ func TestRegistry(t *testing.T) {
 	if err := r.Beat(ctx, "cpu1"); err != nil {
 		t.Fatal(err)
 	}
-	nodes, _ = r.Nodes(ctx)
+	nodes, _, _ = r.Nodes(ctx)
 	if time.Since(nodes[0].LastBeat) > time.Minute {
 		t.Fatalf("beat not renewed: %v", nodes[0].LastBeat)
 	}
 	rdb.HSet(ctx, k.PoolNodes(), "junk", "{")
-	nodes, err = r.Nodes(ctx)
+	nodes, _, err = r.Nodes(ctx)
 	if err == nil || len(nodes) != 2 {
 		t.Fatalf("junk record: %v, %d nodes", err, len(nodes))
 	}
 	if err := r.Deregister(ctx, "cpu1", "junk"); err != nil {
 		t.Fatal(err)
 	}
-	if nodes, err = r.Nodes(ctx); err != nil || len(nodes) != 1 {
+	if nodes, _, err = r.Nodes(ctx); err != nil || len(nodes) != 1 {
 		t.Fatalf("after deregister: %v %+v", err, nodes)
 	}
 }

@@ -2,6 +2,7 @@ package providers
 
 import (
 	"context"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -12,7 +13,8 @@ import (
 // ErrUnknownHandle for a handle the provider does not know and ErrNotRunning
 // for a task that has finished or is lost.
 //
-// Implemented today: Suspender and Signaler (providers/local).
+// Implemented today: Suspender and Signaler (providers/local), Notifier
+// (providers/local and providers/fake).
 // Later work (roadmap items 4 and 5): Checkpointer and Restorer; nothing
 // implements them yet.
 
@@ -29,6 +31,111 @@ type Suspender interface {
 // checkpoint directory") until Checkpointer exists.
 type Signaler interface {
 	Signal(ctx context.Context, h Handle, sig syscall.Signal) error
+}
+
+// Notifier tells the adapter as soon as a task ends, so that it polls that
+// task then instead of polling every task on a short tick.
+//
+// Ended returns the provider's notice channel, the same one on every call.
+// The provider sends on it the Handle of each task it sees reach a terminal
+// state, once Poll reports that state (an outcome the provider records is
+// on disk first). A notice is a hint, never a report: it carries no status
+// (the receiver polls the task), it may come twice or for a task the
+// receiver no longer tracks, and it may never come, since a provider never
+// blocks to send one (see EndedQueue) and may not see every end (a task an
+// earlier adapter process started, say). So a receiver still polls every
+// task now and then (the agent: every Config.SafetyPoll, 5 s by default),
+// and retries a stop on its own tick until the task is terminal.
+//
+// A provider keeps notices from the first call of Ended on; before it, it
+// drops them (nobody listens).
+type Notifier interface {
+	Ended() <-chan Handle
+}
+
+// EndedQueue is a Notifier's channel, for providers: Send never blocks.
+// Notices wait in the channel's buffer (EndedBuffer) and, once it is full,
+// in a backlog that one goroutine, alive only while the backlog is not
+// empty, hands on; past EndedBacklog waiting notices the newest are
+// dropped (the receiver's occasional full poll catches them). Send drops
+// every notice until C is first called. The zero value is ready to use;
+// an EndedQueue must not be copied after first use.
+type EndedQueue struct {
+	once sync.Once
+	ch   chan Handle
+
+	mu         sync.Mutex
+	listening  bool     // C was called; guarded by mu
+	backlog    []Handle // guarded by mu
+	forwarding bool     // the backlog's goroutine runs; guarded by mu
+	dropped    int      // guarded by mu
+}
+
+// Sizes of an EndedQueue.
+const (
+	EndedBuffer  = 1024    // notices in the channel's buffer
+	EndedBacklog = 1 << 16 // notices waiting behind a full buffer
+)
+
+func (q *EndedQueue) init() { q.once.Do(func() { q.ch = make(chan Handle, EndedBuffer) }) }
+
+// C returns the channel, for Notifier.Ended; from its first call on, Send
+// keeps notices.
+func (q *EndedQueue) C() <-chan Handle {
+	q.init()
+	q.mu.Lock()
+	q.listening = true
+	q.mu.Unlock()
+	return q.ch
+}
+
+// Send queues a notice that the task h has ended, without blocking.
+func (q *EndedQueue) Send(h Handle) {
+	q.init()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.listening {
+		return
+	}
+	if !q.forwarding {
+		select {
+		case q.ch <- h:
+			return
+		default: // full: the backlog takes it
+		}
+	}
+	if len(q.backlog) >= EndedBacklog {
+		q.dropped++
+		return
+	}
+	q.backlog = append(q.backlog, h)
+	if !q.forwarding {
+		q.forwarding = true
+		go q.forward() // ends when the backlog is empty
+	}
+}
+
+// Dropped is how many notices Send dropped for want of room.
+func (q *EndedQueue) Dropped() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.dropped
+}
+
+// forward hands the backlog on, blocking on the channel, until it is empty.
+func (q *EndedQueue) forward() {
+	for {
+		q.mu.Lock()
+		if len(q.backlog) == 0 {
+			q.backlog, q.forwarding = nil, false
+			q.mu.Unlock()
+			return
+		}
+		h := q.backlog[0]
+		q.backlog = q.backlog[1:]
+		q.mu.Unlock()
+		q.ch <- h
+	}
 }
 
 // Checkpointer takes a checkpoint of a running task and describes where it

@@ -1,9 +1,9 @@
 // Package providers is the seam between the adapter and the machines that
 // run work. A Provider runs a Task and answers for it through a Handle:
 // Start launches, Poll reports a Status, Stop cancels. That is all every
-// backend must do; optional abilities (Suspender, Signaler, Checkpointer,
-// Restorer) are separate small interfaces the adapter finds with a type
-// assertion.
+// backend must do; optional abilities (Suspender, Signaler, Notifier,
+// Checkpointer, Restorer) are separate small interfaces the adapter finds
+// with a type assertion.
 //
 // Vocabulary: a task is one attempt at running a job; a handle is the
 // serialisable name of a started task, stored by the adapter so that a

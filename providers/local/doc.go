@@ -190,4 +190,13 @@
 // that ends while no adapter runs is reported lost, because its exit
 // status died with the adapter that was its parent. Stopping such a task
 // after a restart records it cancelled without an exit code.
+//
+// # Learning of ends
+//
+// The provider is a providers.Notifier (see Provider.Ended): a task's end
+// is notified as it happens, from the waiter that reaps the task (or its
+// supervisor) once the outcome is published, so the adapter need not poll
+// its tasks on a short tick. A task a restarted adapter finds running is
+// watched through a pidfd on its supervisor (or, without one, its
+// process), from the first Poll that finds it running.
 package local

@@ -23,6 +23,7 @@ var (
 	_ providers.Provider  = (*Provider)(nil)
 	_ providers.Suspender = (*Provider)(nil)
 	_ providers.Signaler  = (*Provider)(nil)
+	_ providers.Notifier  = (*Provider)(nil)
 )
 
 // Why a task's process context was cancelled (context.Cause).
@@ -66,6 +67,15 @@ type Provider struct {
 	starting map[string]bool
 	running  int  // started and not yet reaped, for MaxConcurrent; guarded by mu
 	closed   bool // set by Close; guarded by mu
+
+	// notices carries Notifier's notices; notify is set by Ended, after
+	// which adopted tasks are watched (see watchAdopted). Guarded by mu.
+	notices providers.EndedQueue
+	notify  bool
+	// adopted holds the watches of tasks this instance did not start, by
+	// task ID: nil for a task that cannot be watched (then only polls see
+	// its end). Guarded by mu.
+	adopted map[string]*exitWatch
 }
 
 // New returns a Provider for cfg, creating cfg.WorkDir if needed.
@@ -83,6 +93,7 @@ func New(cfg Config) (*Provider, error) {
 		grace:   cfg.KillGrace,
 		max:     cfg.MaxConcurrent,
 		tasks:   make(map[string]*task),
+		adopted: make(map[string]*exitWatch),
 
 		starting:   make(map[string]bool),
 		supervisor: cfg.SupervisorPath,
@@ -199,6 +210,12 @@ func (p *Provider) Poll(ctx context.Context, h providers.Handle) (providers.Stat
 	st, err = p.pollDisk(id)
 	if err != nil {
 		return providers.Status{}, fmt.Errorf("local: poll %s: %w", id, err)
+	}
+	switch {
+	case st.State == providers.StateRunning:
+		p.watchAdopted(id)
+	case st.State.Terminal():
+		p.unwatchEnded(id)
 	}
 	return st, nil
 }
@@ -320,6 +337,7 @@ func (p *Provider) Stop(ctx context.Context, h providers.Handle) error {
 		if err := p.stopAdopted(ctx, id); err != nil {
 			return fmt.Errorf("local: stop %s: %w", id, err)
 		}
+		p.notices.Send(h) // terminal now; a repeat if it already was
 		return nil
 	}
 	tk.requestStop(errStopped) // no effect if it already ended or was asked to stop
@@ -432,9 +450,13 @@ func (p *Provider) Close(ctx context.Context) error {
 	p.mu.Lock()
 	p.closed = true
 	tasks := slices.Collect(maps.Values(p.tasks))
+	watches := slices.Collect(maps.Values(p.adopted))
 	p.mu.Unlock()
 	for _, tk := range tasks {
 		tk.requestStop(errClosed)
+	}
+	for _, w := range watches {
+		w.close() // nil-safe
 	}
 	done := make(chan struct{})
 	go func() { // ends when the last waiter ends; waiters end within about 2×KillGrace

@@ -215,6 +215,9 @@ func (p *Provider) wait(tk *task) {
 	}
 	p.mu.Unlock()
 	close(tk.done)
+	// Poll reports st from here on, and the outcome is on disk (or, when
+	// it could not be put there, kept in memory).
+	p.notices.Send(providers.Handle{Provider: p.name, ID: tk.id})
 	p.log.Debug("task ended", "job", tk.id, "state", st.State, "error", st.Error)
 }
 
