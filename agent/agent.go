@@ -78,8 +78,16 @@ type Config struct {
 	// anyway, for ends the provider did not notify (default 5 s).
 	SafetyPoll time.Duration
 	Workers    int // orders handled at once (default 32)
-	Clock      clock.Clock
-	Logger     *slog.Logger
+	// StartFailures is how many starts in a row a node's provider may fail
+	// (for a reason of its own: a full or read-only disk, say) before the
+	// node takes itself out of scheduling (default 3); ProbeEvery is how
+	// often it then checks whether its provider works again (default 10 s;
+	// a provider that is a providers.Prober is asked, any other is tried
+	// again after that time).
+	StartFailures int
+	ProbeEvery    time.Duration
+	Clock         clock.Clock
+	Logger        *slog.Logger
 }
 
 // Agent serves its nodes until its context ends.
@@ -89,9 +97,11 @@ type Agent struct {
 	nodes map[string]Node
 	log   *slog.Logger
 
-	mu    sync.Mutex
-	tasks map[string]*task // by job ID; guarded by mu
-	stats Stats            // guarded by mu
+	mu      sync.Mutex
+	tasks   map[string]*task  // by job ID; guarded by mu
+	stats   Stats             // guarded by mu
+	failing map[string]int    // guarded by mu: a node's starts failed in a row
+	out     map[string]string // guarded by mu: nodes out of scheduling, and why
 	// stopping holds the tasks stopTask was asked to stop, some of which
 	// may have ended since; guarded by mu.
 	stopping map[*task]bool
@@ -139,13 +149,20 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 32
 	}
+	if cfg.StartFailures <= 0 {
+		cfg.StartFailures = 3
+	}
+	if cfg.ProbeEvery <= 0 {
+		cfg.ProbeEvery = 10 * time.Second
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	a := &Agent{cfg: cfg, nodes: map[string]Node{}, tasks: map[string]*task{}, log: cfg.Logger}
+	a := &Agent{cfg: cfg, nodes: map[string]Node{}, tasks: map[string]*task{}, log: cfg.Logger,
+		failing: map[string]int{}, out: map[string]string{}}
 	for _, n := range cfg.Nodes {
 		if n.Record.Name == "" || n.Provider == nil {
 			return nil, errors.New("agent: a node needs a name and a provider")
@@ -190,6 +207,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error { return a.beat(gctx) })
 	g.Go(func() error { return a.orders(gctx) })
 	g.Go(func() error { return a.pollLoop(gctx) })
+	g.Go(func() error { return a.probeLoop(gctx) })
 	return g.Wait()
 }
 
@@ -406,16 +424,118 @@ func (a *Agent) launch(ctx context.Context, node Node, rec jobs.Job, pl provider
 	}
 	h, err := node.Provider.Start(ctx, t)
 	if err != nil {
-		a.end(ctx, &task{rec: rec, node: name}, wire.JobFailed, jobs.Update{
-			Error: &wire.JobError{Code: "start_failed", Message: err.Error()}})
+		a.startFailed(ctx, node, rec, err)
 		return nil
 	}
+	a.startWorked(ctx, node)
 	tk := &task{rec: rec, node: name, handle: h, prov: node.Provider}
 	a.mu.Lock()
 	a.tasks[rec.JobID] = tk
 	a.stats.Started++
 	a.mu.Unlock()
 	return tk
+}
+
+// startFailed handles a start the provider refused. A task it cannot run
+// as given (providers.ErrInvalidTask: no such user, say) fails the job:
+// it would fail anywhere. Anything else is the node's trouble (a full or
+// read-only disk): nothing started, so the job goes back to the queue to
+// run elsewhere (unless it keeps failing: after MaxRetries+3 attempts it
+// fails), and after StartFailures such failures in a row the node takes
+// itself out of scheduling until a probe succeeds.
+func (a *Agent) startFailed(ctx context.Context, node Node, rec jobs.Job, err error) {
+	name := node.Record.Name
+	t := &task{rec: rec, node: name}
+	if errors.Is(err, providers.ErrInvalidTask) || rec.Attempt > rec.Request.MaxRetries+3 {
+		a.end(ctx, t, wire.JobFailed, jobs.Update{Error: &wire.JobError{Code: "start_failed", Message: err.Error()}})
+		return
+	}
+	a.log.Warn("start failed on this node; the job goes back to the queue", "job", rec.JobID, "node", name, "err", err)
+	if _, terr := a.cfg.Jobs.Transition(ctx, rec.JobID, wire.JobRunning, wire.JobQueued, jobs.Update{}); terr != nil &&
+		!errors.Is(terr, jobs.ErrConflict) && !errors.Is(terr, jobs.ErrNotFound) {
+		a.log.Warn("requeue after a failed start", "job", rec.JobID, "err", terr)
+	}
+	a.count(func(s *Stats) { s.Requeued++ })
+	a.report(ctx, name, rec.JobID, pool.EventEnded, wire.JobQueued)
+	_ = a.cfg.Channel.Settle(ctx, name, rec.JobID)
+	a.mu.Lock()
+	a.failing[name]++
+	n := a.failing[name]
+	_, already := a.out[name]
+	if n >= a.cfg.StartFailures && !already {
+		a.out[name] = fmt.Sprintf("%d starts failed in a row; the last: %v", n, err)
+	}
+	why, takeOut := a.out[name], n >= a.cfg.StartFailures && !already
+	a.mu.Unlock()
+	if takeOut {
+		a.log.Error("node out of scheduling: its provider keeps failing starts", "node", name, "why", why)
+		a.setOut(ctx, node, why)
+	}
+}
+
+// startWorked resets a node's count of failed starts.
+func (a *Agent) startWorked(ctx context.Context, node Node) {
+	a.mu.Lock()
+	a.failing[node.Record.Name] = 0
+	a.mu.Unlock()
+}
+
+// setOut registers the node with why it is out of scheduling ("": back in).
+func (a *Agent) setOut(ctx context.Context, node Node, why string) {
+	rec := node.Record
+	rec.Unhealthy = why
+	if err := a.cfg.Registry.Register(ctx, rec); err != nil {
+		a.log.Warn("register node health", "node", rec.Name, "err", err)
+	}
+}
+
+// Health reports whether every node of this agent takes work, and if not,
+// why (for /readyz).
+func (a *Agent) Health() (ok bool, why string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, name := range a.names {
+		if w, out := a.out[name]; out {
+			return false, name + ": " + w
+		}
+	}
+	return true, ""
+}
+
+// probeLoop brings nodes that took themselves out back once their
+// provider works again.
+func (a *Agent) probeLoop(ctx context.Context) error {
+	t := time.NewTicker(a.cfg.ProbeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		a.mu.Lock()
+		var out []string
+		for name := range a.out {
+			out = append(out, name)
+		}
+		a.mu.Unlock()
+		slices.Sort(out)
+		for _, name := range out {
+			node := a.nodes[name]
+			if p, ok := node.Provider.(providers.Prober); ok {
+				if err := p.Probe(ctx); err != nil {
+					a.log.Warn("node still out of scheduling: probe failed", "node", name, "err", err)
+					continue
+				}
+			}
+			a.mu.Lock()
+			delete(a.out, name)
+			a.failing[name] = 0
+			a.mu.Unlock()
+			a.setOut(ctx, node, "")
+			a.log.Info("node back in scheduling", "node", name)
+		}
+	}
 }
 
 // pollLoop polls the running tasks: every Poll, or, for the tasks of a

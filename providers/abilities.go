@@ -163,3 +163,11 @@ type Checkpoint struct {
 	// (format, size, checksum, ...).
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
+
+// Prober is implemented by providers that can check they are able to
+// start tasks at all (a writable, non-full work directory, a reachable
+// cluster). A node agent whose provider failed several starts in a row
+// takes its node out of scheduling and asks Probe before taking work again.
+type Prober interface {
+	Probe(ctx context.Context) error
+}

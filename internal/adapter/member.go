@@ -45,6 +45,7 @@ type poolMember struct {
 	registry *pool.Registry
 	channel  *pool.Channel
 	elector  *pool.Elector // nil: not a scheduler candidate
+	agent    *agent.Agent  // nil: not an agent
 	clk      clock.Clock
 	log      *slog.Logger
 	url      string // this adapter's HTTP API ("" = none)
@@ -307,6 +308,14 @@ func apiHandler(p *poolMember, reg *prometheus.Registry) http.Handler {
 		if err := p.rdb.Ping(ctx).Err(); err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "redis": err.Error()})
 			return
+		}
+		if p.agent != nil {
+			if ok, why := p.agent.Health(); !ok {
+				// The node took itself out of scheduling (its starts keep
+				// failing); it comes back once a probe succeeds.
+				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "node": why})
+				return
+			}
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})

@@ -122,6 +122,15 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return store.Run(gctx) })
+	if cfg.runsAgent() {
+		ag, desc, err := p.buildAgent(ctx, g, gctx)
+		if err != nil {
+			return err
+		}
+		p.agent = ag
+		g.Go(func() error { return ag.Run(gctx) })
+		fmt.Fprintf(stdout, "computeboard adapter: agent of %s\n", desc)
+	}
 	if cfg.Listen != "off" {
 		ln, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {
@@ -145,14 +154,6 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 			defer cancel()
 			return srv.Shutdown(sctx)
 		})
-	}
-	if cfg.runsAgent() {
-		ag, desc, err := p.buildAgent(ctx, g, gctx)
-		if err != nil {
-			return err
-		}
-		g.Go(func() error { return ag.Run(gctx) })
-		fmt.Fprintf(stdout, "computeboard adapter: agent of %s\n", desc)
 	}
 	if cfg.runsScheduler() {
 		el, err := pool.NewElector(rdb, store.Keys(), pool.ElectorConfig{ID: candidateID(), URL: p.url,

@@ -551,3 +551,27 @@ func (p *Provider) environ(t providers.Task, payload, home string, acct account)
 	}
 	return env
 }
+
+var _ providers.Prober = (*Provider)(nil)
+
+// Probe checks that tasks can start here at all: it creates, writes,
+// syncs and removes a file in the work directory, which fails on a full
+// or read-only file system (what makes every start fail).
+func (p *Provider) Probe(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(p.workDir, ".probe-*")
+	if err != nil {
+		return fmt.Errorf("local: probe: %w", err)
+	}
+	name := f.Name()
+	_, werr := f.Write([]byte("probe\n"))
+	serr := f.Sync()
+	cerr := f.Close()
+	rerr := os.Remove(name)
+	if err := errors.Join(werr, serr, cerr, rerr); err != nil {
+		return fmt.Errorf("local: probe %s: %w", p.workDir, err)
+	}
+	return nil
+}

@@ -1,0 +1,109 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/wire"
+)
+
+// brokenDisk is a provider whose starts fail (as on a full or read-only
+// disk) while broken is set, and whose Probe says so.
+type brokenDisk struct {
+	providers.Provider
+	broken atomic.Bool
+	starts atomic.Int32
+}
+
+func (b *brokenDisk) Start(ctx context.Context, t providers.Task) (providers.Handle, error) {
+	if b.broken.Load() {
+		return providers.Handle{}, errors.New("write task record: read-only file system")
+	}
+	b.starts.Add(1)
+	return b.Provider.Start(ctx, t)
+}
+
+func (b *brokenDisk) Probe(context.Context) error {
+	if b.broken.Load() {
+		return errors.New("read-only file system")
+	}
+	return nil
+}
+
+// TestFailedStartsTakeTheNodeOut: a start the provider refuses for a reason
+// of its own puts the job back in the queue (nothing started, so it may
+// run elsewhere; never failed, never started twice); after StartFailures in
+// a row the node registers itself out of scheduling with the reason, and
+// Health says so (/readyz); once a probe succeeds it is back.
+func TestFailedStartsTakeTheNodeOut(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	disk := &brokenDisk{Provider: e.prov}
+	disk.broken.Store(true)
+	a := e.agent(disk, nil)
+	a.cfg.StartFailures = 2
+	a.cfg.ProbeEvery = 20 * time.Millisecond
+	e.run(a)
+	var ids []string
+	for range 2 {
+		j := e.queued(job30s)
+		ids = append(ids, j.JobID)
+		e.assign(j.JobID, "n1")
+		e.waitFor("the job back in the queue after a failed start", func() bool {
+			r := e.rec(j.JobID)
+			return r.Status == wire.JobQueued && r.Attempt == 1
+		})
+	}
+	if r := e.rec(ids[0]); r.Error != nil {
+		t.Errorf("a requeued job carries an error: %+v", r.Error)
+	}
+	e.waitFor("the node out of scheduling", func() bool {
+		nodes, _, err := e.reg.Nodes(e.ctx)
+		return err == nil && len(nodes) == 1 && nodes[0].Unhealthy != ""
+	})
+	if ok, why := a.Health(); ok || why == "" {
+		t.Errorf("Health %v %q, want out with a reason", ok, why)
+	}
+	// The disk is fixed: the probe brings the node back.
+	disk.broken.Store(false)
+	e.waitFor("the node back in scheduling", func() bool {
+		nodes, _, err := e.reg.Nodes(e.ctx)
+		ok, _ := a.Health()
+		return err == nil && len(nodes) == 1 && nodes[0].Unhealthy == "" && ok
+	})
+	e.assign(ids[0], "n1")
+	e.waitRunning(ids[0])
+	if n := disk.starts.Load(); n != 1 {
+		t.Errorf("%d starts reached the provider's task launch, want 1", n)
+	}
+}
+
+// TestInvalidTaskFailsTheJob: a task the provider cannot run as given
+// (ErrInvalidTask: it would fail on any node) fails the job, and does not
+// count against the node.
+func TestInvalidTaskFailsTheJob(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.agent(invalidStarts{e.prov}, nil)
+	a.cfg.StartFailures = 1
+	e.run(a)
+	j := e.queued(job30s)
+	e.assign(j.JobID, "n1")
+	r := e.waitStatus(j.JobID, wire.JobFailed)
+	if r.Error == nil || r.Error.Code != "start_failed" {
+		t.Fatalf("error %+v, want start_failed", r.Error)
+	}
+	if ok, _ := a.Health(); !ok {
+		t.Error("an invalid task took the node out")
+	}
+}
+
+type invalidStarts struct{ providers.Provider }
+
+func (invalidStarts) Start(context.Context, providers.Task) (providers.Handle, error) {
+	return providers.Handle{}, providers.ErrInvalidTask
+}
