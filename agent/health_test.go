@@ -107,3 +107,24 @@ type invalidStarts struct{ providers.Provider }
 func (invalidStarts) Start(context.Context, providers.Task) (providers.Handle, error) {
 	return providers.Handle{}, providers.ErrInvalidTask
 }
+
+// TestVanishedRecord: a running job whose record vanished (Redis lost it)
+// is settled once its task ends, not retried for ever (issue 11, defect 4:
+// "record job end … not found" six times a second, cores held for good).
+func TestVanishedRecord(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	j := e.queued(job30s)
+	e.assign(j.JobID, "n1")
+	a := e.agent(nil, nil)
+	e.run(a)
+	e.waitRunning(j.JobID)
+	if err := e.rdb.Del(e.ctx, e.keys.Job(j.JobID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(31 * time.Second)
+	e.waitFor("the task settled", func() bool { return a.Stats().Running == 0 && len(e.nodeJobs("n1")) == 0 })
+	if ok, _ := e.jobs.Exists(e.ctx, j.JobID); ok {
+		t.Error("the vanished record came back")
+	}
+}
