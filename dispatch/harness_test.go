@@ -455,13 +455,19 @@ func (o *fakeOrders) LastReport(context.Context) (string, error) {
 	return o.reports[len(o.reports)-1].ID, nil
 }
 
-func (o *fakeOrders) Reports(_ context.Context, after string, count int64, _ time.Duration) ([]pool.Report, error) {
+func (o *fakeOrders) Reports(ctx context.Context, after string, count int64, block time.Duration) ([]pool.Report, error) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	var out []pool.Report
 	for _, r := range o.reports {
 		if reportSeq(r.ID) > reportSeq(after) && int64(len(out)) < count {
 			out = append(out, r)
+		}
+	}
+	o.mu.Unlock()
+	if len(out) == 0 && block > 0 { // a blocking read with nothing to read: wait a little (real time)
+		select {
+		case <-ctx.Done():
+		case <-time.After(min(block, 10*time.Millisecond)):
 		}
 	}
 	return out, nil

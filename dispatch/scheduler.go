@@ -156,10 +156,12 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- s.intake(ctx) }()
+	go func() { errc <- s.watchReports(ctx, s.lastReport) }()
 	err := s.loop(ctx, cancel)
 	cancel(err)
+	<-errc
 	<-errc
 	if !fenced(err) { // a deposed term must not overwrite its successor's checkpoint
 		s.saveState(context.WithoutCancel(ctx), true)
@@ -200,6 +202,27 @@ func (s *Scheduler) loop(ctx context.Context, cancel context.CancelCauseFunc) er
 		case <-s.wake:
 		}
 	}
+}
+
+// watchReports wakes the loop as soon as an agent reports (a start, an
+// end), so ends free their resources at once rather than on the next
+// tick. It only watches (a blocking read of one report after the last it
+// saw); the loop reads the reports from its own cursor.
+func (s *Scheduler) watchReports(ctx context.Context, from string) error {
+	for ctx.Err() == nil {
+		rs, err := s.orders.Reports(ctx, from, 1, time.Second)
+		if err != nil {
+			if ctx.Err() == nil {
+				sleepCtx(ctx, 100*time.Millisecond)
+			}
+			continue
+		}
+		if len(rs) > 0 {
+			from = rs[len(rs)-1].ID
+			s.poke()
+		}
+	}
+	return nil
 }
 
 // fenced reports whether err says this term is over.
