@@ -451,7 +451,7 @@ func (a *Agent) startFailed(ctx context.Context, node Node, rec jobs.Job, err er
 		return
 	}
 	a.log.Warn("start failed on this node; the job goes back to the queue", "job", rec.JobID, "node", name, "err", err)
-	if _, terr := a.cfg.Jobs.Transition(ctx, rec.JobID, wire.JobRunning, wire.JobQueued, jobs.Update{}); terr != nil &&
+	if _, terr := a.cfg.Jobs.Transition(ctx, rec.JobID, wire.JobRunning, wire.JobQueued, jobs.Update{ExpectNode: name}); terr != nil &&
 		!errors.Is(terr, jobs.ErrConflict) && !errors.Is(terr, jobs.ErrNotFound) {
 		a.log.Warn("requeue after a failed start", "job", rec.JobID, "err", terr)
 	}
@@ -777,7 +777,7 @@ func (a *Agent) neverStarted(ctx context.Context, t *task) {
 		a.untrack(ctx, t)
 		return
 	}
-	_, err := a.cfg.Jobs.Transition(ctx, t.rec.JobID, wire.JobRunning, wire.JobQueued, jobs.Update{})
+	_, err := a.cfg.Jobs.Transition(ctx, t.rec.JobID, wire.JobRunning, wire.JobQueued, jobs.Update{ExpectNode: t.node})
 	if err != nil && !errors.Is(err, jobs.ErrConflict) {
 		a.log.Warn("requeue unstarted job", "job", t.rec.JobID, "err", err)
 		return
@@ -831,6 +831,10 @@ func (a *Agent) end(ctx context.Context, t *task, to wire.JobStatus, u jobs.Upda
 	} else if to == wire.JobFailed && t.rec.Attempt > 0 && t.rec.Attempt <= t.rec.Request.MaxRetries {
 		to = wire.JobQueued
 	}
+	// Only while the record still names this node: a job the scheduler
+	// ended lost and ran again elsewhere (requeue_lost) is not this
+	// task's to end.
+	u.ExpectNode = t.node
 	_, err := a.cfg.Jobs.Transition(ctx, t.rec.JobID, from, to, u)
 	if err != nil && !errors.Is(err, jobs.ErrConflict) && !errors.Is(err, jobs.ErrNotFound) {
 		a.log.Warn("record job end", "job", t.rec.JobID, "err", err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/providers"
 	"github.com/computeboard/computeboard/wire"
 )
@@ -126,5 +127,29 @@ func TestVanishedRecord(t *testing.T) {
 	e.waitFor("the task settled", func() bool { return a.Stats().Running == 0 && len(e.nodeJobs("n1")) == 0 })
 	if ok, _ := e.jobs.Exists(e.ctx, j.JobID); ok {
 		t.Error("the vanished record came back")
+	}
+}
+
+// TestOldRunDoesNotEndTheNewOne: a job the scheduler ended lost and ran
+// again on another node (requeue_lost) is not ended by the first node's
+// agent when its old task finishes: the record names the other node.
+func TestOldRunDoesNotEndTheNewOne(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	j := e.queued(job30s)
+	e.assign(j.JobID, "n1")
+	a := e.agent(nil, nil)
+	e.run(a)
+	e.waitRunning(j.JobID)
+	// The scheduler gave up on n1 (requeue_lost) and the job now runs on n2.
+	e.schedulerTransition(j.JobID, wire.JobRunning, wire.JobQueued, jobs.Update{})
+	e.assign(j.JobID, "n2")
+	if _, err := e.jobs.Transition(e.ctx, j.JobID, wire.JobQueued, wire.JobRunning, jobs.Update{Node: "n2", ExpectNode: "n2"}); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(31 * time.Second) // n1's old task ends
+	e.waitFor("n1's old task settled", func() bool { return a.Stats().Running == 0 })
+	if r := e.rec(j.JobID); r.Status != wire.JobRunning || r.Node != "n2" {
+		t.Fatalf("record %s on %s after n1's old task ended, want running on n2", r.Status, r.Node)
 	}
 }
