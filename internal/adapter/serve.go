@@ -94,6 +94,7 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 	}
 	defer closeRedis()
 	fmt.Fprintf(stdout, "computeboard adapter: blackboard %s (board %q)\n", where, cfg.Board)
+	logPersistence(ctx, cfg, rdb, logger)
 
 	store, err := blackboard.New(rdb, blackboard.Config{Namespace: cfg.Board, Clock: clk, Logger: logger, MaxEntries: cfg.MaxEntries})
 	if err != nil {
@@ -251,4 +252,25 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// logPersistence says once, in plain words, what the Redis server's
+// persistence settings mean for the guarantees (issue 11: a host crash
+// with appendfsync everysec can roll job records back).
+func logPersistence(ctx context.Context, cfg *Config, rdb redis.UniversalClient, log *slog.Logger) {
+	if cfg.Redis == "" {
+		log.Info("blackboard persistence: the embedded blackboard keeps everything in memory; stopping the adapter loses the board")
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	p, err := blackboard.ReadPersistence(pctx, rdb)
+	switch {
+	case err != nil:
+		log.Info("blackboard persistence: cannot read the Redis server's settings; the delivery guarantees depend on them (see README, Delivery guarantees)", "err", err)
+	case p.Safe:
+		log.Info("blackboard persistence: " + p.Guarantee)
+	default:
+		log.Warn("blackboard persistence: " + p.Guarantee)
+	}
 }
