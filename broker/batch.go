@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/internal/luabatch"
 	"github.com/computeboard/computeboard/jobs"
 )
 
@@ -175,12 +175,12 @@ func (b *Broker) AcceptBatch(ctx context.Context, ds []*Delivery) []AcceptResult
 
 // ackBatch is ack (without dead letters) for each of ds, in one pipeline.
 func (b *Broker) ackBatch(ctx context.Context, ds []*Delivery) []error {
-	calls := make([]scriptCall, len(ds))
+	calls := make([]luabatch.Call, len(ds))
 	for i, d := range ds {
-		calls[i] = scriptCall{keys: b.ackKeys(d), args: b.ackArgs(d)}
+		calls[i] = luabatch.Call{Keys: b.ackKeys(d), Args: b.ackArgs(d)}
 	}
 	errs := make([]error, len(ds))
-	for i, cmd := range b.evalBatch(ctx, scriptAck, calls) {
+	for i, cmd := range luabatch.Eval(ctx, b.rdb, scriptAck, calls) {
 		n, err := cmd.Int()
 		switch {
 		case err != nil:
@@ -192,46 +192,4 @@ func (b *Broker) ackBatch(ctx context.Context, ds []*Delivery) []error {
 		}
 	}
 	return errs
-}
-
-// scriptCall is one call of a script: its keys and arguments.
-type scriptCall struct {
-	keys []string
-	args []any
-}
-
-// evalBatch runs sc once per call, in one pipeline of EVALSHA. Calls that
-// meet NOSCRIPT (the script is not loaded yet, or Redis restarted) did not
-// run; the script is loaded and they are sent again.
-func (b *Broker) evalBatch(ctx context.Context, sc *redis.Script, calls []scriptCall) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(calls))
-	send := func(idx []int) {
-		_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, i := range idx {
-				cmds[i] = sc.EvalSha(ctx, p, calls[i].keys, calls[i].args...)
-			}
-			return nil
-		})
-	}
-	all := make([]int, len(calls))
-	for i := range all {
-		all[i] = i
-	}
-	if len(all) == 0 {
-		return cmds
-	}
-	send(all)
-	var again []int
-	for i, c := range cmds {
-		if err := c.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		if err := sc.Load(ctx, b.rdb).Err(); err != nil {
-			return cmds // the NOSCRIPT errors stand
-		}
-		send(again)
-	}
-	return cmds
 }

@@ -3,12 +3,12 @@ package jobs
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/internal/luabatch"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -84,7 +84,7 @@ func (s *Store) AcceptBatch(ctx context.Context, specs []AcceptSpec) []AcceptRes
 	fkeys, fepoch, ferr := s.fenceKeys()
 	now := s.now()
 	var live []int
-	var calls []scriptCall
+	var calls []luabatch.Call
 	for i, spec := range specs {
 		if ferr != nil {
 			fail(i, ferr)
@@ -99,7 +99,7 @@ func (s *Store) AcceptBatch(ctx context.Context, specs []AcceptSpec) []AcceptRes
 		live, calls = append(live, i), append(calls, call)
 	}
 	var lookup []int
-	for k, cmd := range s.evalBatch(ctx, scriptAccept, calls) {
+	for k, cmd := range luabatch.Eval(ctx, s.rdb, scriptAccept, calls) {
 		i := live[k]
 		r, err := cmd.Slice()
 		if err != nil {
@@ -151,10 +151,10 @@ func (s *Store) AcceptBatch(ctx context.Context, specs []AcceptSpec) []AcceptRes
 }
 
 // acceptCall builds accept.lua's call for spec and the record it creates.
-func (s *Store) acceptCall(spec AcceptSpec, now float64, fkeys []string, fepoch string) (Job, scriptCall, error) {
+func (s *Store) acceptCall(spec AcceptSpec, now float64, fkeys []string, fepoch string) (Job, luabatch.Call, error) {
 	req, err := json.Marshal(spec.Request)
 	if err != nil {
-		return Job{}, scriptCall{}, err
+		return Job{}, luabatch.Call{}, err
 	}
 	sub := spec.Submitted
 	j := Job{
@@ -169,47 +169,5 @@ func (s *Store) acceptCall(spec AcceptSpec, now float64, fkeys []string, fepoch 
 	args = append(args, "request", string(req))
 	keys := append([]string{s.keys.JobsIdem(), s.keys.Job(spec.JobID), s.keys.JobsActive(), s.keys.Entry(spec.EntryID),
 		s.keys.JobIdem(spec.Module, spec.Request.IdempotencyKey)}, fkeys...)
-	return j, scriptCall{keys: keys, args: args}, nil
-}
-
-// scriptCall is one call of a script: its keys and arguments.
-type scriptCall struct {
-	keys []string
-	args []any
-}
-
-// evalBatch runs sc once per call, in one pipeline of EVALSHA. Calls that
-// meet NOSCRIPT (the script is not loaded yet, or Redis restarted) did not
-// run; the script is loaded and they are sent again.
-func (s *Store) evalBatch(ctx context.Context, sc *redis.Script, calls []scriptCall) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(calls))
-	if len(calls) == 0 {
-		return cmds
-	}
-	send := func(idx []int) {
-		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, i := range idx {
-				cmds[i] = sc.EvalSha(ctx, p, calls[i].keys, calls[i].args...)
-			}
-			return nil
-		})
-	}
-	all := make([]int, len(calls))
-	for i := range all {
-		all[i] = i
-	}
-	send(all)
-	var again []int
-	for i, c := range cmds {
-		if err := c.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
-			return cmds // the NOSCRIPT errors stand
-		}
-		send(again)
-	}
-	return cmds
+	return j, luabatch.Call{Keys: keys, Args: args}, nil
 }

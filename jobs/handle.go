@@ -3,6 +3,8 @@ package jobs
 import (
 	"context"
 	"fmt"
+
+	"github.com/computeboard/computeboard/internal/luabatch"
 )
 
 // HandleSet is one provider handle to store: the job, the node that
@@ -16,12 +18,12 @@ type HandleSet struct {
 // handle). errs[i] is nil when stored, ErrConflict when the job is no
 // longer running on that node (or its record is gone), or a Redis error.
 func (s *Store) SetHandles(ctx context.Context, hs []HandleSet) []error {
-	calls := make([]scriptCall, len(hs))
+	calls := make([]luabatch.Call, len(hs))
 	for i, h := range hs {
-		calls[i] = scriptCall{keys: []string{s.keys.Job(h.JobID)}, args: []any{h.Handle, h.Node}}
+		calls[i] = luabatch.Call{Keys: []string{s.keys.Job(h.JobID)}, Args: []any{h.Handle, h.Node}}
 	}
 	errs := make([]error, len(hs))
-	for i, cmd := range s.evalBatch(ctx, scriptHandle, calls) {
+	for i, cmd := range luabatch.Eval(ctx, s.rdb, scriptHandle, calls) {
 		n, err := cmd.Int()
 		switch {
 		case err != nil:

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/internal/luabatch"
 	"github.com/computeboard/computeboard/providers"
 )
 
@@ -61,8 +62,7 @@ func (c *Channel) Assign(ctx context.Context, f Fence, as []Assignment) []error 
 	if len(as) == 0 {
 		return errs
 	}
-	keys := make([][]string, len(as))
-	args := make([][]any, len(as))
+	calls := make([]luabatch.Call, len(as))
 	for i, a := range as {
 		b, err := json.Marshal(a.Placement)
 		if err != nil {
@@ -70,10 +70,10 @@ func (c *Channel) Assign(ctx context.Context, f Fence, as []Assignment) []error 
 			continue
 		}
 		n := a.Placement.Node
-		keys[i] = []string{f.Key, c.keys.Job(a.JobID), c.keys.NodeAssign(n), c.keys.NodeJobs(n)}
-		args[i] = []any{f.Epoch, n, a.JobID, b, c.maxLen}
+		calls[i] = luabatch.Call{Keys: []string{f.Key, c.keys.Job(a.JobID), c.keys.NodeAssign(n), c.keys.NodeJobs(n)},
+			Args: []any{f.Epoch, n, a.JobID, b, c.maxLen}}
 	}
-	cmds := evalBatch(ctx, c.rdb, scriptAssign, keys, args)
+	cmds := luabatch.Eval(ctx, c.rdb, scriptAssign, calls)
 	for i, cmd := range cmds {
 		if cmd == nil {
 			continue
@@ -319,42 +319,4 @@ func (c *Channel) Reports(ctx context.Context, after string, count int64, block 
 		}
 	}
 	return out, nil
-}
-
-// evalBatch runs script sc once per keys[i]/args[i] (skipping nil keys) in
-// one pipeline of EVALSHA; calls that meet NOSCRIPT (not loaded yet, or
-// Redis restarted) are sent again after loading the script.
-func evalBatch(ctx context.Context, rdb redis.UniversalClient, sc *redis.Script, keys [][]string, args [][]any) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(keys))
-	send := func(idx []int) {
-		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, i := range idx {
-				cmds[i] = sc.EvalSha(ctx, p, keys[i], args[i]...)
-			}
-			return nil
-		})
-	}
-	var all []int
-	for i := range keys {
-		if keys[i] != nil {
-			all = append(all, i)
-		}
-	}
-	if len(all) == 0 {
-		return cmds
-	}
-	send(all)
-	var again []int
-	for _, i := range all {
-		if err := cmds[i].Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		if err := sc.Load(ctx, rdb).Err(); err != nil {
-			return cmds // the NOSCRIPT errors stand
-		}
-		send(again)
-	}
-	return cmds
 }
