@@ -374,6 +374,11 @@ func (a *Agent) start(ctx context.Context, m pool.Message) (bool, *task) {
 		// (Recover re-attached it).
 		a.refused(sctx, m)
 		return true, nil
+	case err != nil && rec.JobID != "" && rec.Status == wire.JobRunning:
+		// The compare-and-set was made; only the job entry's mirror
+		// failed. The job is ours to start: not starting it now would
+		// leave it running with no task.
+		a.log.Warn("start: job entry not updated; starting anyway", "job", m.JobID, "err", err)
 	case err != nil:
 		a.log.Warn("start: transition", "job", m.JobID, "err", err)
 		return false, nil
@@ -385,7 +390,18 @@ func (a *Agent) start(ctx context.Context, m pool.Message) (bool, *task) {
 func (a *Agent) refused(ctx context.Context, m pool.Message) {
 	rec, err := a.cfg.Jobs.Get(ctx, m.JobID)
 	if err == nil && rec.Node == m.Node && rec.Status == wire.JobRunning {
-		return // ours, running (re-attached by Recover)
+		a.mu.Lock()
+		_, tracked := a.tasks[m.JobID]
+		a.mu.Unlock()
+		if !tracked {
+			// Recorded running here but not tracked (a start cut short):
+			// track it as Recover would; if its task never started, the
+			// poll puts the job back in the queue.
+			if rerr := a.recoverJob(ctx, a.nodes[m.Node], m.JobID); rerr != nil {
+				a.log.Warn("take over a job recorded running here", "job", m.JobID, "err", rerr)
+			}
+		}
+		return
 	}
 	if err == nil && rec.Node == m.Node && rec.Status == wire.JobQueued {
 		return // assigned here again by a newer order

@@ -153,3 +153,35 @@ func TestOldRunDoesNotEndTheNewOne(t *testing.T) {
 		t.Fatalf("record %s on %s after n1's old task ended, want running on n2", r.Status, r.Node)
 	}
 }
+
+// mirrorFails makes the first start's compare-and-set succeed but report
+// an error, as jobs.Transition does when the record changed and only the
+// job entry's mirror failed (Redis went away between the two).
+type mirrorFails struct {
+	JobStore
+	failed atomic.Bool
+}
+
+func (m *mirrorFails) Transition(ctx context.Context, id string, from, to wire.JobStatus, u jobs.Update) (jobs.Job, error) {
+	j, err := m.JobStore.Transition(ctx, id, from, to, u)
+	if err == nil && to == wire.JobRunning && from == wire.JobQueued && m.failed.CompareAndSwap(false, true) {
+		return j, errors.New("record changed, entry not updated: connection refused")
+	}
+	return j, err
+}
+
+// TestStartWhenOnlyTheMirrorFailed: a start whose compare-and-set was made
+// but whose job entry could not be updated still starts the task; before,
+// the job stayed running with no task for ever.
+func TestStartWhenOnlyTheMirrorFailed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.agent(nil, nil)
+	a.cfg.Jobs = &mirrorFails{JobStore: e.jobs}
+	e.run(a)
+	j := e.queued(job30s)
+	e.assign(j.JobID, "n1")
+	e.waitFor("the task started", func() bool { return e.prov.Started() == 1 })
+	e.clk.Advance(31 * time.Second)
+	e.waitStatus(j.JobID, wire.JobSucceeded)
+}
