@@ -292,7 +292,14 @@ func TestPool(t *testing.T) {
 		// and see the true outcome replace lost.
 		req := `{"template":"slow","resource_requirements":{"cpu_cores":0.5,"memory":0.01},"node_selector":{"node":"cpu-a"}}`
 		ids := postRequests(t, st, "lossy", repeat(req, 2))
+		// Running, and their tasks started: the handle is stored after the
+		// start (a record says running a moment before its task exists).
 		eventually(t, 30*time.Second, "slow jobs running on cpu-a", func() bool {
+			for _, id := range ids {
+				if h := rdb.HGet(context.Background(), st.Keys().Job(wire.JobID(id)), "handle").Val(); h == "" {
+					return false
+				}
+			}
 			sts := jobStatuses(t, rdb, st, ids)
 			return sts[ids[0]] == "running" && sts[ids[1]] == "running"
 		})
@@ -353,7 +360,10 @@ func TestPoolRedisOutage(t *testing.T) {
 	})
 	// The job outlives the outage by about 6 s.
 	ids := postRequests(t, st, "outage", []string{`{"template":"slower","resource_requirements":{"cpu_cores":0.5,"memory":0.05}}`})
-	eventually(t, 30*time.Second, "the job running", func() bool { return jobStatuses(t, rdb, st, ids)[ids[0]] == "running" })
+	eventually(t, 30*time.Second, "the job running, its task started", func() bool {
+		return jobStatuses(t, rdb, st, ids)[ids[0]] == "running" &&
+			rdb.HGet(context.Background(), st.Keys().Job(wire.JobID(ids[0])), "handle").Val() != ""
+	})
 	srv.Kill()
 	time.Sleep(7 * time.Second)
 	if err := srv.Restart(); err != nil {
