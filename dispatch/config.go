@@ -34,6 +34,15 @@ type Config struct {
 	// Interval is the longest time between cycles (default 200 ms); a cycle
 	// also runs on every new job and every report.
 	Interval time.Duration
+	// FullReplan is the longest time between two engine runs (default
+	// 10 s). The engine runs only when its input changed (a new job, an
+	// end, a cancel, a node change; see Scheduler.schedule), and at least
+	// this often for what time alone changes: ageing, deadline urgency and
+	// verdicts, reservations, backfill windows, estimated starts, gang
+	// timeouts. Those move over minutes to hours (ageing: half a level an
+	// hour), so 10 s late is nothing to them, and a full plan of 10,000
+	// pending jobs (25–80 ms) every 10 s is under 1% of a core.
+	FullReplan time.Duration
 	// GangTimeout ends a gang still missing members this long after its
 	// first was accepted (default 5 min).
 	GangTimeout time.Duration
@@ -84,6 +93,7 @@ func (c *Config) fill() error {
 		c.MaxPending = 10000
 	}
 	def(&c.Interval, 200*time.Millisecond)
+	def(&c.FullReplan, 10*time.Second)
 	def(&c.GangTimeout, 5*time.Minute)
 	def(&c.NodeUnhealthy, 6*time.Second)
 	def(&c.NodeTimeout, 5*time.Minute)

@@ -5,11 +5,15 @@
 //   - intake: requests from the broker become durable jobs (the broker's
 //     AcceptBatch), at most Config.MaxPending shared by the accounts'
 //     shares, and wait in the engine;
-//   - each cycle it builds an engine.Snapshot from the Ledger (every
+//   - a cycle that saw a change that may let a job start (an end, a
+//     cancel, a node added, changed or unhealthy, a new job, unless every
+//     waiting job is stuck and it fits on no node now), and every
+//     FullReplan (10 s) in any case, builds an engine.Snapshot from the Ledger (every
 //     registered node, with its GPUs, MIG instances and NUMA domains, and
 //     every job placed on it), runs engine.Schedule, re-checks each
 //     placement with Ledger.Apply and gives the placed jobs to their nodes
-//     through the pool's fenced assignment step;
+//     through the pool's fenced assignment step; other cycles leave the
+//     engine alone (Scheduler.schedule says why that places nothing less);
 //   - agents report starts and ends on the report stream; the scheduler
 //     releases what ended and charges its usage to fair share;
 //   - a node that stops beating gets no new work after NodeUnhealthy (its

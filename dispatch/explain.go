@@ -14,7 +14,9 @@ import (
 
 // publishExplanations writes changed explanations onto the job records
 // and entries, at most limit per call and at most once per job every
-// minGap, so a deep queue cannot flood Redis. Only the Run goroutine calls
+// minGap, so a deep queue cannot flood Redis. It looks at the last plan
+// only while some of its explanations remain to publish (explainMore),
+// so an idle scheduler does not walk every pending job each second. Only the Run goroutine calls
 // it, in sequence with the transitions, so a stale "queued" never
 // overwrites "running".
 func (s *Scheduler) publishExplanations(ctx context.Context, limit int, minGap time.Duration) error {
@@ -25,8 +27,16 @@ func (s *Scheduler) publishExplanations(ctx context.Context, limit int, minGap t
 	}
 	var todo []upd
 	s.mu.Lock()
+	if !s.explainMore {
+		// Nothing new since the last pass: no plan ran, and that pass
+		// published everything that had changed.
+		s.mu.Unlock()
+		return nil
+	}
+	more := false
 	for _, e := range s.plan.Explanations {
 		if len(todo) >= limit {
+			more = true
 			break
 		}
 		t, ok := s.jobs_[e.JobID]
@@ -34,12 +44,17 @@ func (s *Scheduler) publishExplanations(ctx context.Context, limit int, minGap t
 			continue
 		}
 		k := explainKey{reason: e.Reason, pos: e.Position, placed: e.Placed}
-		if k == t.explained || now.Sub(t.explAt) < minGap {
+		if k == t.explained {
+			continue
+		}
+		if now.Sub(t.explAt) < minGap {
+			more = true // changed again too soon: a later pass
 			continue
 		}
 		t.explained, t.explAt = k, now
 		todo = append(todo, upd{e.JobID, e})
 	}
+	s.explainMore = more
 	s.mu.Unlock()
 	for _, u := range todo {
 		b, err := json.Marshal(ExplanationJSON(u.e))

@@ -569,7 +569,7 @@ const (
 )
 
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	clk    *clock.Fake
 	store  *fakeStore
@@ -583,7 +583,7 @@ type harness struct {
 // newHarness returns a scheduler at epoch 7 over fresh fakes. Its config
 // refreshes the registry on every step (NodeRefresh 1 ns: every cycle
 // advances the clock by 1 ms); tune changes the rest.
-func newHarness(t *testing.T, tune func(*Config)) *harness {
+func newHarness(t testing.TB, tune func(*Config)) *harness {
 	t.Helper()
 	clk := clock.NewFake(t0)
 	st := newFakeStore(t, clk)

@@ -99,7 +99,7 @@ func (s *Scheduler) intakeAdmit() func(account string) bool {
 	}
 	for _, t := range s.jobs_ {
 		if t.phase == PhasePending {
-			held[t.rec.Account]++
+			held[t.ej.Account]++
 		}
 	}
 	s.mu.Unlock()

@@ -30,7 +30,7 @@ func pendingScheduler(t *testing.T, maxPending int, accounts []engine.Account, h
 	for a, n := range held {
 		for i := range n {
 			id := fmt.Sprintf("%s-%d", a, i)
-			s.jobs_[id] = &tracked{rec: jobs.Job{JobData: wire.JobData{JobID: id, Account: a}}, phase: PhasePending}
+			s.jobs_[id] = &tracked{ej: engine.Job{ID: id, Account: a}, phase: PhasePending}
 			s.pendingN++
 		}
 	}
@@ -78,7 +78,7 @@ func TestIncompleteGangsFail(t *testing.T) {
 	s := bareScheduler(t, Config{GangTimeout: time.Minute})
 	t0 := time.Unix(1_800_000_000, 0)
 	member := func(id, gang string, size int, accepted time.Time) *tracked {
-		return &tracked{rec: jobs.Job{JobData: wire.JobData{JobID: id, Account: "a"}, AcceptedAt: float64(accepted.Unix())},
+		return &tracked{accepted: float64(accepted.Unix()),
 			ej: engine.Job{ID: id, Account: "a", GangID: gang, GangSize: size}, phase: PhasePending}
 	}
 	s.jobs_["lone"] = member("lone", "g1", 2, t0)

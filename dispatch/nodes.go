@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -60,6 +61,9 @@ func (s *Scheduler) refreshNodes(ctx context.Context) (bool, error) {
 		fe.Unhealthy = false // a silent node is still a node the pool has
 		feasible = append(feasible, fe)
 		h, known := s.health[ns.Name]
+		if !known || !sameNode(h.inv, en) {
+			s.replan = true // new capacity, or changed inventory or health
+		}
 		if !known {
 			changed = true // a new node: new capacity to publish and place on
 			s.log.Info("node registered", "node", ns.Name, "agent", ns.Agent, "provider", ns.Provider)
@@ -79,7 +83,7 @@ func (s *Scheduler) refreshNodes(ctx context.Context) (bool, error) {
 		if lost && !h.lost {
 			s.log.Warn("node lost: ending its running jobs", "node", ns.Name, "silent", silent.Round(time.Millisecond), "node_timeout", s.cfg.NodeTimeout)
 		}
-		s.health[ns.Name] = nodeHealth{lastBeat: ns.LastBeat, unhealthy: unhealthy, lost: lost, rec: ns.NodeRecord}
+		s.health[ns.Name] = nodeHealth{lastBeat: ns.LastBeat, unhealthy: unhealthy, lost: lost, rec: ns.NodeRecord, inv: en}
 		delete(s.silentSince, ns.Name)
 	}
 	// A node gone from the registry (deregistered, or its record lost) is
@@ -95,8 +99,10 @@ func (s *Scheduler) refreshNodes(ctx context.Context) (bool, error) {
 			s.ledger.SetHealthy(name, false)
 			h := s.health[name]
 			h.unhealthy = true
+			h.inv.Unhealthy = true
 			s.health[name] = h
 			changed = true
+			s.replan = true
 		}
 		if now.Sub(first) > s.cfg.NodeTimeout && !s.health[name].lost {
 			h := s.health[name]
@@ -115,16 +121,16 @@ func (s *Scheduler) refreshNodes(ctx context.Context) (bool, error) {
 	lostSet := map[string]bool{}
 	for _, t := range s.jobs_ {
 		switch {
-		case t.phase == PhaseAssigned && (s.health[t.placement.Node].unhealthy || now.Sub(t.started) > s.cfg.AssignTimeout):
+		case t.phase == PhaseAssigned && (s.health[t.node()].unhealthy || now.Sub(t.started) > s.cfg.AssignTimeout):
 			s.setPhaseLocked(t, PhasePending)
 			s.stats.reassigned++
-			moved = append(moved, t.rec.JobID)
+			moved = append(moved, t.id())
 			changed = true
-		case t.phase == PhaseRunning && s.health[t.placement.Node].lost && !lostSet[t.placement.Node]:
+		case t.phase == PhaseRunning && s.health[t.node()].lost && !lostSet[t.node()]:
 			// Every refresh, not only when the node turns lost: a job
 			// found running there later ends lost too.
-			lostSet[t.placement.Node] = true
-			lostNodes = append(lostNodes, t.placement.Node)
+			lostSet[t.node()] = true
+			lostNodes = append(lostNodes, t.node())
 		}
 	}
 	s.mu.Unlock()
@@ -148,13 +154,13 @@ func (s *Scheduler) nodeLost(ctx context.Context, node string) error {
 	s.mu.Lock()
 	var victims []*tracked
 	for _, t := range s.jobs_ {
-		if t.phase == PhaseRunning && t.placement.Node == node {
+		if t.phase == PhaseRunning && t.node() == node {
 			victims = append(victims, t)
 		}
 	}
 	s.mu.Unlock()
 	slices.SortFunc(victims, func(a, b *tracked) int {
-		if a.rec.JobID < b.rec.JobID {
+		if a.id() < b.id() {
 			return -1
 		}
 		return 1
@@ -166,18 +172,18 @@ func (s *Scheduler) nodeLost(ctx context.Context, node string) error {
 		msg := fmt.Sprintf("node %s has not been heard from for over %v", node, s.cfg.NodeTimeout)
 		to := wire.JobFailed
 		u := jobs.Update{Error: &wire.JobError{Code: "lost", Message: msg}}
-		if t.spec.RequeueLost {
+		if t.requeueLost {
 			// The template allows running it again: at least once, as the
 			// process may still run on the silent node.
 			to = wire.JobQueued
 			u = jobs.Update{}
 		}
-		_, err := s.jobs.Transition(ctx, t.rec.JobID, wire.JobRunning, to, u)
+		_, err := s.jobs.Transition(ctx, t.id(), wire.JobRunning, to, u)
 		if fenced(err) {
 			return err
 		}
 		if err != nil && !errors.Is(err, jobs.ErrConflict) {
-			s.log.Warn("end lost job", "job", t.rec.JobID, "err", err)
+			s.log.Warn("end lost job", "job", t.id(), "err", err)
 			continue
 		}
 		now := s.cfg.Clock.Now()
@@ -187,7 +193,7 @@ func (s *Scheduler) nodeLost(ctx context.Context, node string) error {
 			s.stats.requeued++
 			s.dropLocked(t, now)
 			s.mu.Unlock()
-			if err := s.reload(ctx, []string{t.rec.JobID}); err != nil {
+			if err := s.reload(ctx, []string{t.id()}); err != nil {
 				return err
 			}
 			continue
@@ -198,7 +204,7 @@ func (s *Scheduler) nodeLost(ctx context.Context, node string) error {
 		s.dropLocked(t, now)
 		s.mu.Unlock()
 		if err != nil {
-			if err := s.reload(ctx, []string{t.rec.JobID}); err != nil {
+			if err := s.reload(ctx, []string{t.id()}); err != nil {
 				return err
 			}
 		}
@@ -223,4 +229,32 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// sameNode reports whether two inventories of a node, with their health,
+// are the same for the ledger and the engine (Allocated and the InUse
+// flags are the ledger's own and not compared).
+func sameNode(a, b engine.Node) bool {
+	if a.Name != b.Name || a.Capacity != b.Capacity || a.Unhealthy != b.Unhealthy ||
+		!maps.Equal(a.Labels, b.Labels) || len(a.GPUs) != len(b.GPUs) || len(a.NUMA) != len(b.NUMA) {
+		return false
+	}
+	for i := range a.GPUs {
+		x, y := &a.GPUs[i], &b.GPUs[i]
+		if x.ID != y.ID || x.Model != y.Model || x.MemoryMiB != y.MemoryMiB || len(x.MIG) != len(y.MIG) {
+			return false
+		}
+		for k := range x.MIG {
+			if x.MIG[k].ID != y.MIG[k].ID || x.MIG[k].Profile != y.MIG[k].Profile {
+				return false
+			}
+		}
+	}
+	for i := range a.NUMA {
+		x, y := &a.NUMA[i], &b.NUMA[i]
+		if x.ID != y.ID || x.CPU != y.CPU || x.Memory != y.Memory || !slices.Equal(x.CPUs, y.CPUs) {
+			return false
+		}
+	}
+	return true
 }

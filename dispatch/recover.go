@@ -161,7 +161,7 @@ func (s *Scheduler) adopt(ctx context.Context) error {
 				}
 				t.started = s.cfg.Clock.Now() // AssignTimeout counts from this term
 				if set[j.JobID] && s.hold(t, pl.Node, pl.GPUs, pl.MIG, pl.NUMA, PhaseAssigned) {
-					t.placement = pl
+					t.placement = &pl
 					continue
 				}
 			}
@@ -170,6 +170,7 @@ func (s *Scheduler) adopt(ctx context.Context) error {
 				s.jobs_[j.JobID] = t
 				s.pendingN++
 				s.stats.submitted++
+				s.replan = true
 			}
 			s.mu.Unlock()
 		case wire.JobRunning:
@@ -178,7 +179,7 @@ func (s *Scheduler) adopt(ctx context.Context) error {
 			}
 			t.started = epochOr(j.StartedAt, s.cfg.Clock.Now())
 			s.hold(t, j.Node, pl.GPUs, pl.MIG, pl.NUMA, PhaseRunning)
-			t.placement = pl
+			t.placement = &pl
 			if withdrawn[j.JobID] {
 				s.OnCancel(j.JobID)
 			}
@@ -194,7 +195,7 @@ func (s *Scheduler) adopt(ctx context.Context) error {
 func (s *Scheduler) hold(t *tracked, node string, gpus, mig []string, numa int, phase Phase) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p := engine.Placement{JobID: t.rec.JobID, Node: node, GPUs: gpus, MIG: mig, NUMA: numa}
+	p := engine.Placement{JobID: t.id(), Node: node, GPUs: gpus, MIG: mig, NUMA: numa}
 	err := s.ledger.ApplyAt(t.ej, p, t.started)
 	if err != nil && phase == PhaseAssigned {
 		return false
@@ -206,7 +207,8 @@ func (s *Scheduler) hold(t *tracked, node string, gpus, mig []string, numa int, 
 		}
 	}
 	t.phase = phase
-	s.jobs_[t.rec.JobID] = t
+	s.jobs_[t.id()] = t
+	s.replan = true
 	return true
 }
 

@@ -30,15 +30,33 @@ const (
 
 // tracked is one job the scheduler knows about. Owned by the Run
 // goroutine; readers get copies through methods that take s.mu.
+//
+// It keeps only what scheduling needs, not the job record: the engine's
+// view of the request (ej.ID is the job ID, ej.TimeLimit the spec's
+// timeout), and nothing else of the command, arguments, environment or
+// payload (the agent reads those from the record). Repeated strings are
+// interned (internTable). A pending job costs about 650 B here, with its
+// explanation in the last plan (TestPendingMemory).
 type tracked struct {
-	rec       jobs.Job
-	ej        engine.Job
-	spec      Spec
-	phase     Phase
-	placement providers.Placement
-	started   time.Time // running: when it started; assigned: when assigned
-	explained explainKey
-	explAt    time.Time
+	ej          engine.Job
+	accepted    float64 // the record's accepted_at (gang timeout)
+	requeueLost bool    // Spec.RequeueLost
+	phase       Phase
+	placement   *providers.Placement // assigned or running: where; nil while pending
+	started     time.Time            // running: when it started; assigned: when assigned
+	explained   explainKey
+	explAt      time.Time
+}
+
+// id is the job's ID.
+func (t *tracked) id() string { return t.ej.ID }
+
+// node is where an assigned or running job is ("" while pending).
+func (t *tracked) node() string {
+	if t.placement == nil {
+		return ""
+	}
+	return t.placement.Node
 }
 
 type explainKey struct {
@@ -75,6 +93,7 @@ type Scheduler struct {
 	explainedAt time.Time
 	savedState  time.Time
 	lastSave    time.Time
+	intern      internTable          // the jobs' repeated strings and selectors
 	silentSince map[string]time.Time // nodes gone from the registry: when first missed
 	seenAt      time.Time            // Redis's time at the last successful registry read
 	witnessFrom time.Time            // Redis's time since which this scheduler has watched without a gap
@@ -88,8 +107,16 @@ type Scheduler struct {
 	ended      []engine.Running
 	state      engine.State
 	cycle      uint64
-	plan       engine.Plan
+	plan       engine.Plan // the last plan, without its Rejected (see explanations)
 	stats      counters
+	// replan: the engine's input changed since the last plan (besides the
+	// time); plannedAt: that plan's Now. See schedule.
+	replan      bool
+	plannedAt   time.Time
+	added       []*tracked // new pending jobs (no gang members) since the last plan
+	stuck       bool       // the last plan left every pending job stuck (see stuckLocked)
+	nodeBuf     []engine.Node
+	explainMore bool // explanations of the last plan remain to publish
 }
 
 type nodeHealth struct {
@@ -97,6 +124,7 @@ type nodeHealth struct {
 	unhealthy bool
 	lost      bool
 	rec       pool.NodeRecord
+	inv       engine.Node // as last given to the ledger
 }
 
 type counters struct {
@@ -117,6 +145,7 @@ func New(cfg Config, in Intake, js JobStore, nodes Nodes, orders Orders, fence p
 		incoming: make(chan jobs.Job, 1024), wake: make(chan struct{}, 1), room: make(chan struct{}, 1),
 		handedOver: map[string]int{}, jobs_: map[string]*tracked{}, ledger: engine.NewLedger(),
 		health: map[string]nodeHealth{}, silentSince: map[string]time.Time{},
+		replan: true,
 	}
 	empty := slices.Clone(cfg.NodeClasses)
 	s.feasible.Store(&empty)
@@ -311,7 +340,8 @@ func (s *Scheduler) track(j jobs.Job) (*tracked, *wire.Error) {
 	}
 	ej := EngineJob(j, sub, s.cfg.StorageTier)
 	ej.TimeLimit = spec.Timeout
-	return &tracked{rec: j, ej: ej, spec: spec, phase: PhasePending}, nil
+	s.intern.job(&ej)
+	return &tracked{ej: ej, accepted: j.AcceptedAt, requeueLost: spec.RequeueLost, phase: PhasePending}, nil
 }
 
 // addPending puts a queued job in the engine (once).
@@ -331,9 +361,14 @@ func (s *Scheduler) addPending(ctx context.Context, j jobs.Job) {
 	if _, ok := s.jobs_[j.JobID]; ok {
 		return
 	}
-	s.jobs_[j.JobID] = t
+	s.jobs_[t.id()] = t
 	s.pendingN++
 	s.stats.submitted++
+	if t.ej.GangID != "" {
+		s.replan = true // it may complete its gang
+	} else {
+		s.added = append(s.added, t) // see schedule
+	}
 }
 
 // setPhase moves a tracked job between phases (s.mu held).
@@ -343,11 +378,13 @@ func (s *Scheduler) setPhaseLocked(t *tracked, p Phase) {
 	}
 	if t.phase != PhasePending && p == PhasePending {
 		s.pendingN++
-		if _, ok := s.ledger.Release(t.rec.JobID); !ok {
-			s.log.Debug("release of a job without allocation", "job", t.rec.JobID)
+		if _, ok := s.ledger.Release(t.id()); !ok {
+			s.log.Debug("release of a job without allocation", "job", t.id())
 		}
+		t.placement = nil
 	}
 	t.phase = p
+	s.replan = true
 }
 
 // dropLocked forgets a job (s.mu held), releasing what it held.
@@ -355,12 +392,13 @@ func (s *Scheduler) dropLocked(t *tracked, ended time.Time) {
 	if t.phase == PhasePending {
 		s.pendingN--
 	} else {
-		s.ledger.Release(t.rec.JobID)
+		s.ledger.Release(t.id())
 		if t.phase == PhaseRunning && !t.started.IsZero() {
-			s.ended = append(s.ended, engine.Running{Job: t.ej, Node: t.placement.Node, Started: t.started, Ended: ended})
+			s.ended = append(s.ended, engine.Running{Job: t.ej, Node: t.node(), Started: t.started, Ended: ended})
 		}
 	}
-	delete(s.jobs_, t.rec.JobID)
+	delete(s.jobs_, t.id())
+	s.replan = true
 }
 
 // applyReports handles the agents' reports.
@@ -382,7 +420,6 @@ func (s *Scheduler) applyReports(ctx context.Context, rs []pool.Report) error {
 			look = append(look, r.JobID) // started after the scheduler took its assignment back
 		case r.Event == pool.EventStarted && t.phase == PhaseAssigned:
 			s.setPhaseLocked(t, PhaseRunning)
-			t.rec.Status = wire.JobRunning
 			t.started = now
 			s.stats.waitSum += max(0, now.Sub(t.ej.Submitted).Seconds())
 			s.stats.waitN++
@@ -399,7 +436,7 @@ func (s *Scheduler) applyReports(ctx context.Context, rs []pool.Report) error {
 			default:
 				look = append(look, r.JobID)
 			}
-		case r.Event == pool.EventRefused && t.phase == PhaseAssigned && r.Node == t.placement.Node:
+		case r.Event == pool.EventRefused && t.phase == PhaseAssigned && r.Node == t.node():
 			look = append(look, r.JobID)
 		}
 		s.mu.Unlock()
@@ -446,17 +483,16 @@ func (s *Scheduler) reload(ctx context.Context, ids []string) error {
 		case ok && rec.Status.Terminal():
 			s.countEndLocked(t, rec.Status, now)
 			s.dropLocked(t, now)
-		case ok && rec.Status == wire.JobRunning && (t.phase != PhaseRunning || rec.Node != t.placement.Node):
+		case ok && rec.Status == wire.JobRunning && (t.phase != PhaseRunning || rec.Node != t.node()):
 			// It started where an earlier assignment sent it (the report
 			// came after the scheduler took that assignment back): it
 			// holds that node's resources from now on.
 			needPlacement = append(needPlacement, rec)
-		case ok && rec.Status == wire.JobQueued && t.phase == PhaseAssigned && rec.Node != t.placement.Node:
+		case ok && rec.Status == wire.JobQueued && t.phase == PhaseAssigned && rec.Node != t.node():
 			s.setPhaseLocked(t, PhasePending)
 		case ok && rec.Status == wire.JobQueued && t.phase == PhaseAssigned:
 			// Refused although it names the node: place it again.
 			s.setPhaseLocked(t, PhasePending)
-			t.rec = rec
 		}
 		s.mu.Unlock()
 		if !ok && rec.Status == wire.JobQueued {
@@ -489,7 +525,7 @@ func (s *Scheduler) holdStarted(ctx context.Context, recs []jobs.Job) error {
 			} else {
 				s.ledger.Release(rec.JobID)
 			}
-			t.rec = rec
+			s.replan = true
 		}
 		s.mu.Unlock()
 		if !ok {
@@ -501,7 +537,7 @@ func (s *Scheduler) holdStarted(ctx context.Context, recs []jobs.Job) error {
 		}
 		t.started = epochOr(rec.StartedAt, s.cfg.Clock.Now())
 		s.hold(t, rec.Node, pl.GPUs, pl.MIG, pl.NUMA, PhaseRunning)
-		t.placement = pl
+		t.placement = &pl
 	}
 	return nil
 }
@@ -521,7 +557,7 @@ func (s *Scheduler) applyCancels(ctx context.Context) (bool, error) {
 		var phase Phase
 		var node string
 		if ok {
-			phase, node = t.phase, t.placement.Node
+			phase, node = t.phase, t.node()
 		}
 		s.mu.Unlock()
 		switch {
@@ -566,16 +602,30 @@ func (s *Scheduler) applyCancels(ctx context.Context) (bool, error) {
 	return changed, nil
 }
 
-// schedule runs one engine cycle and assigns its placements.
+// schedule runs one engine cycle and assigns its placements. The engine
+// runs when its input changed since the last plan in a way that may let a
+// job start (s.replan: a job gone or ended, a phase change, a gang member,
+// a node added, changed, gone or turned (un)healthy, a placement the
+// ledger refused), when a new job may start (canSkipLocked), and
+// FullReplan after the last plan in any case: between two plans the input
+// differs only by the time (and by new jobs that cannot start), which
+// moves priorities (age, deadline urgency), deadline verdicts,
+// reservations, backfill windows, estimated starts and gang timeouts, all
+// slowly; the full re-plan catches up with them, and with the positions
+// and explanations of the new jobs.
 func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 	s.mu.Lock()
-	if s.pendingN == 0 && len(s.ended) == 0 {
+	if s.pendingN == 0 && len(s.ended) == 0 ||
+		!s.replan && s.cfg.Clock.Now().Sub(s.plannedAt) < s.cfg.FullReplan && s.canSkipLocked() {
 		s.mu.Unlock()
 		return false, nil
 	}
 	snap := s.snapshotLocked()
 	st := s.state
 	s.ended = nil
+	s.replan = false
+	s.added = nil
+	s.plannedAt = snap.Now
 	s.mu.Unlock()
 
 	begin := time.Now()
@@ -585,6 +635,9 @@ func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 	s.mu.Lock()
 	s.state = next
 	s.plan = plan
+	s.plan.Rejected = nil // used below only; the explanations say the same
+	s.explainMore = true
+	s.stuck = s.stuckLocked(plan)
 	s.stats.cycles++
 	s.stats.lastCycle = took
 	// Re-check every placement against the ledger (as the simulator
@@ -598,13 +651,14 @@ func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 		}
 		if err := s.ledger.ApplyAt(t.ej, p, snap.Now); err != nil {
 			s.stats.refusedApply++
+			s.replan = true // placed again next cycle
 			s.log.Warn("placement refused by the ledger", "job", p.JobID, "node", p.Node, "err", err)
 			continue
 		}
 		alloc, _ := s.ledger.Allocation(p.JobID)
 		pl := providers.Placement{Node: p.Node, NUMA: p.NUMA, GPUs: slices.Clone(p.GPUs), MIG: slices.Clone(p.MIG), CPUs: slices.Clone(alloc.CPUs)}
 		s.setPhaseLocked(t, PhaseAssigned)
-		t.placement = pl
+		t.placement = &pl
 		as = append(as, pool.Assignment{JobID: p.JobID, Placement: pl})
 		ts = append(ts, t)
 	}
@@ -625,10 +679,10 @@ func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 			s.setPhaseLocked(t, PhasePending)
 		case errors.Is(err, pool.ErrNotQueued) || errors.Is(err, pool.ErrNoJob):
 			s.setPhaseLocked(t, PhasePending)
-			look = append(look, t.rec.JobID)
+			look = append(look, t.id())
 		default:
 			s.setPhaseLocked(t, PhasePending) // Redis trouble: next cycle
-			s.log.Warn("assign", "job", t.rec.JobID, "err", err)
+			s.log.Warn("assign", "job", t.id(), "err", err)
 		}
 	}
 	s.mu.Unlock()
@@ -660,6 +714,68 @@ func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 	return changed, nil
 }
 
+// canSkipLocked reports, when nothing but the time and new jobs changed
+// since the last plan (no s.replan), whether a plan now would place
+// nothing, so the engine need not run (s.mu held): no new job, or the last
+// plan left every pending job stuck and no new job fits on any node now.
+//
+// Why a plan would then place nothing: since the last plan, nodes only
+// lost room (its placements; anything that frees room or changes a node
+// sets s.replan) and the accounts' allocations only grew. So a job that
+// found no node then finds none now (fitting is monotone in free room),
+// a job held by its quota or share cap is held still (monotone in the
+// allocation, and nothing placed before it), and a gang still lacks
+// members (new gang members set s.replan). The new jobs are no gang
+// members and fit on no node now (engine.FitsNow: the engine places a job
+// only where it passes those checks). Walking the plan's order, nothing is
+// placed before each entry, so none is placed at all. What such a skipped
+// plan would change (explanations and positions, which job holds the
+// reservation, final rejections of the new jobs, the State) waits for the
+// next plan, at most FullReplan later, as in an idle cycle.
+// TestSkippedPlanPlacesNothing checks this on random histories.
+func (s *Scheduler) canSkipLocked() bool {
+	if len(s.added) == 0 {
+		return true
+	}
+	if !s.stuck {
+		return false
+	}
+	s.nodeBuf = s.ledger.SnapshotInto(s.nodeBuf, nil)
+	for _, t := range s.added {
+		if t.phase == PhasePending && engine.FitsNow(s.nodeBuf, t.ej) {
+			return false
+		}
+	}
+	s.added = s.added[:0] // stuck with the others now
+	return true
+}
+
+// stuckLocked reports whether plan left every pending job unable to start
+// until room frees (s.mu held): each job not placed found no node (no-fit,
+// or the reservation it holds; single jobs only, as a gang's trial
+// placement is not monotone in the free room), or is held by its
+// account's quota or share cap, or waits for its gang's missing members.
+// A job blocked only by the reservation (backfill-blocked, blocked), or
+// whose deadline can no longer be met (its reason replaces the others), is
+// not counted stuck.
+func (s *Scheduler) stuckLocked(plan engine.Plan) bool {
+	for _, e := range plan.Explanations {
+		if e.Placed {
+			continue
+		}
+		switch e.Reason {
+		case engine.ReasonNoFit, engine.ReasonReserved:
+			if t, ok := s.jobs_[e.JobID]; !ok || t.ej.GangID != "" {
+				return false
+			}
+		case engine.ReasonQuota, engine.ReasonOverShare, engine.ReasonGangIncomplete:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // snapshotLocked builds the engine's input (s.mu held).
 func (s *Scheduler) snapshotLocked() engine.Snapshot {
 	s.cycle++
@@ -671,8 +787,11 @@ func (s *Scheduler) snapshotLocked() engine.Snapshot {
 			pending = append(pending, t.ej)
 			continue
 		}
-		running = append(running, engine.Running{Job: t.ej, Node: t.placement.Node, Started: t.started,
-			GPUs: t.placement.GPUs, MIG: t.placement.MIG})
+		r := engine.Running{Job: t.ej, Started: t.started}
+		if t.placement != nil {
+			r.Node, r.GPUs, r.MIG = t.placement.Node, t.placement.GPUs, t.placement.MIG
+		}
+		running = append(running, r)
 	}
 	running = append(running, s.ended...)
 	return engine.Snapshot{
@@ -698,13 +817,13 @@ func (s *Scheduler) rejectFinal(ctx context.Context, r engine.Rejection) error {
 	if r.Reason == engine.ReasonDeadlineInfeasible {
 		to = wire.JobExpired
 	}
-	_, err := s.jobs.Transition(ctx, t.rec.JobID, wire.JobQueued, to, jobs.Update{
+	_, err := s.jobs.Transition(ctx, t.id(), wire.JobQueued, to, jobs.Update{
 		Error: &wire.JobError{Code: string(r.Reason), Message: r.Message}})
 	if fenced(err) {
 		return err
 	}
 	if err != nil && !errors.Is(err, jobs.ErrConflict) {
-		s.log.Warn("reject job", "job", t.rec.JobID, "err", err)
+		s.log.Warn("reject job", "job", t.id(), "err", err)
 		return nil
 	}
 	s.mu.Lock()
@@ -731,7 +850,7 @@ func (s *Scheduler) incompleteGangs(now time.Time) []engine.Rejection {
 		}
 		key := t.ej.Account + "\x00" + t.ej.GangID
 		g := gangs[key]
-		at := epochTime(t.rec.AcceptedAt)
+		at := epochTime(t.accepted)
 		if g == nil {
 			g = &gang{size: t.ej.GangSize, first: at}
 			gangs[key] = g
@@ -741,7 +860,7 @@ func (s *Scheduler) incompleteGangs(now time.Time) []engine.Rejection {
 			g.first = at
 		}
 		if t.phase == PhasePending {
-			g.pending = append(g.pending, t.rec.JobID)
+			g.pending = append(g.pending, t.id())
 		}
 	}
 	s.mu.Unlock()

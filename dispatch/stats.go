@@ -135,7 +135,7 @@ func (s *Scheduler) NodeViews() []NodeView {
 	jobsOn := map[string]int{}
 	for _, t := range s.jobs_ {
 		if t.phase != PhasePending {
-			jobsOn[t.placement.Node]++
+			jobsOn[t.node()]++
 		}
 	}
 	var out []NodeView

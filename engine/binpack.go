@@ -718,6 +718,25 @@ func Feasible(nodes []Node, j Job) *Rejection {
 	return r
 }
 
+// FitsNow reports whether some node of nodes (a Snapshot's view: free
+// capacity and devices as they are now) passes every check a placement of
+// j makes: health, free vector, selector, GPUs (model, memory, count), MIG
+// instances, NUMA room. Schedule places j only on such a node; reservations
+// and quotas only refuse more. It is monotone: with less free capacity or
+// fewer free devices, it stays false. The dispatcher uses it to tell that
+// a new job cannot start before capacity frees (see dispatch.schedule).
+func FitsNow(nodes []Node, j Job) bool {
+	r := newJobReq(&j)
+	scratch := make([]int, 0, 64)
+	for i := range nodes {
+		nw := newNodeWork(&nodes[i])
+		if nw.fits(&r, scratch) {
+			return true
+		}
+	}
+	return false
+}
+
 func feasible(nodes []*Node, j *Job, r *jobReq) *Rejection {
 	nf := &NoFit{Nodes: len(nodes)}
 	sel, gpu, mig, tier := 0, 0, 0, 0

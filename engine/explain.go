@@ -55,21 +55,43 @@ func (c *cycle) explain() {
 		p.Backfilled = c.resv != nil && c.out[pl.ji].pos > resvPos
 		c.plan.Placements = append(c.plan.Placements, p)
 	}
-	// Jobs in order position; jobs outside the order (invalid) last, in input order.
-	idx := make([]int, len(pend))
-	for i := range idx {
-		idx[i] = i
+	// Jobs in order position; jobs outside the order (invalid) last, in
+	// input order. Positions are 1, 2, … once each (orderEntries), so
+	// this is a counting sort, not a comparison sort (a tenth of a deep
+	// queue's cycle).
+	idx := make([]int, 0, len(pend))
+	byPos := make([]int, len(pend)+1) // position → pending index + 1
+	for i := range pend {
+		if p := c.out[i].pos; p > 0 {
+			byPos[p] = i + 1
+		}
 	}
-	slices.SortStableFunc(idx, func(a, b int) int {
-		pa, pb := c.out[a].pos, c.out[b].pos
-		if pa == 0 {
-			pa = math.MaxInt
+	for _, k := range byPos {
+		if k > 0 {
+			idx = append(idx, k-1)
 		}
-		if pb == 0 {
-			pb = math.MaxInt
+	}
+	for i := range pend {
+		if c.out[i].pos == 0 {
+			idx = append(idx, i)
 		}
-		return cmp.Compare(pa, pb)
-	})
+	}
+	if len(idx) != len(pend) { // never: orderEntries numbers each job once
+		idx = idx[:0]
+		for i := range pend {
+			idx = append(idx, i)
+		}
+		slices.SortStableFunc(idx, func(a, b int) int {
+			pa, pb := c.out[a].pos, c.out[b].pos
+			if pa == 0 {
+				pa = math.MaxInt
+			}
+			if pb == 0 {
+				pb = math.MaxInt
+			}
+			return cmp.Compare(pa, pb)
+		})
+	}
 	var want []*jobReq
 	for i := range pend {
 		o := &c.out[i]
@@ -79,7 +101,7 @@ func (c *cycle) explain() {
 	}
 	est := c.estimates(want)
 	c.plan.Explanations = make([]Explanation, 0, len(pend))
-	c.explained = make(map[int]int, len(pend))
+	c.explained = make([]int, len(pend))
 	for _, i := range idx {
 		o := &c.out[i]
 		j := &pend[i]
@@ -247,12 +269,26 @@ func (c *cycle) posOf(id string) int {
 
 func (c *cycle) resvHolds(i int) bool {
 	e := c.entryOf(i)
-	return e != nil && c.snap.Pending[e.jobs[0]].ID == c.resv.jobID
+	if e == nil {
+		return false
+	}
+	if !c.resvFound {
+		// The holder's entry, found once (comparing IDs for every job
+		// was a tenth of a deep queue's cycle).
+		c.resvFound = true
+		for _, x := range c.entries {
+			if c.snap.Pending[x.jobs[0]].ID == c.resv.jobID {
+				c.resvEntry = x
+				break
+			}
+		}
+	}
+	return e == c.resvEntry
 }
 
 func (c *cycle) entryOf(i int) *entry {
 	if c.entryIdx == nil {
-		c.entryIdx = make(map[int]*entry, len(c.snap.Pending))
+		c.entryIdx = make([]*entry, len(c.snap.Pending))
 		for _, e := range c.entries {
 			for _, k := range e.jobs {
 				c.entryIdx[k] = e

@@ -90,11 +90,13 @@ type cycle struct {
 	failVecs   []Resources             // plain requests known not to fit (dominance check)
 	analyzed   map[shapeKey]*Rejection // per-shape failure analysis
 	scratch    []int
-	entryIdx   map[int]*entry
+	entryIdx   []*entry         // pending index → its entry (nil: invalid)
+	resvEntry  *entry           // the reservation holder's entry (explain)
 	cursor     map[shapeKey]int // where the last search for a shape ended (next-fit start)
 	trial      bool             // placing the second or later member of a gang: failures are not cached
-	explained  map[int]int      // pending index → its explanation's index (explain)
-	quotaEvs   []release        // the releases, for quota estimates (explain)
+	resvFound  bool
+	explained  []int     // pending index → its explanation's index (explain)
+	quotaEvs   []release // the releases, for quota estimates (explain)
 	quotaEst   map[quotaKey]time.Time
 	quotaSteps int // work spent on quota estimates (budget: estimateBudget)
 }
