@@ -10,6 +10,9 @@
 // the Redis ACL rules that confine a module's user to its own lanes and
 // entry keys (ids "<module>:<32 hex>").
 // docs/contract-draft.md fixes the names; keys.go alone builds them.
+// Scripts of other packages that write entries in their own atomic step
+// (the broker's one-step intake) are composed with lua/lib.lua (LuaLib,
+// PostStep, Posted: compose.go) rather than copying it.
 //
 // # Deviations from the original
 //

@@ -203,6 +203,11 @@ func (e Entry) MarshalJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return e.marshalFields(f)
+}
+
+// marshalFields is MarshalJSON with e already encoded as f.
+func (e Entry) marshalFields(f fields) ([]byte, error) {
 	w := wireEntry{
 		EntryID: e.ID, Topic: e.Topic, Data: json.RawMessage(f.data),
 		SourceModule: e.SourceModule, Timestamp: e.Timestamp, Confidence: e.Confidence,
@@ -289,7 +294,11 @@ type fields struct {
 	tagList   []string
 }
 
-func (e Entry) encode() (fields, error) {
+func (e Entry) encode() (fields, error) { return e.encodeData(false) }
+
+// encodeData is encode; valid says e.Data is known to be valid JSON
+// (Validate passed), so that only its compactness is looked at again.
+func (e Entry) encodeData(valid bool) (fields, error) {
 	f := fields{
 		status:    cmp.Or(e.Status, StatusActive),
 		timestamp: formatFloat(e.Timestamp),
@@ -302,27 +311,124 @@ func (e Entry) encode() (fields, error) {
 		f.ttl = formatFloat(*e.TTLSeconds)
 	}
 	if len(e.Data) > 0 {
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, e.Data); err != nil {
-			return fields{}, fmt.Errorf("%w: data is not JSON: %v", ErrInvalid, err)
+		if compactJSON(e.Data) && (valid || json.Valid(e.Data)) {
+			f.data = string(e.Data) // as json.Compact would leave it, without its buffer
+		} else {
+			var buf bytes.Buffer
+			if err := json.Compact(&buf, e.Data); err != nil {
+				return fields{}, fmt.Errorf("%w: data is not JSON: %v", ErrInvalid, err)
+			}
+			f.data = buf.String()
 		}
-		f.data = buf.String()
 	}
-	meta := e.Metadata
-	if meta == nil {
-		meta = map[string]any{}
+	if m, ok := stringMapJSON(e.Metadata); ok {
+		f.metadata = m
+	} else {
+		meta := e.Metadata
+		if meta == nil {
+			meta = map[string]any{}
+		}
+		mb, err := marshal(meta)
+		if err != nil {
+			return fields{}, fmt.Errorf("%w: metadata: %v", ErrInvalid, err)
+		}
+		f.metadata = string(mb)
 	}
-	mb, err := marshal(meta)
-	if err != nil {
-		return fields{}, fmt.Errorf("%w: metadata: %v", ErrInvalid, err)
-	}
-	f.metadata = string(mb)
 	if f.tagList == nil {
 		f.tagList = []string{} // encode as [], never null
 	}
-	tb, _ := marshal(f.tagList) // []string always encodes
-	f.tags = string(tb)
+	if t, ok := stringsJSON(f.tagList); ok {
+		f.tags = t
+	} else {
+		tb, _ := marshal(f.tagList) // []string always encodes
+		f.tags = string(tb)
+	}
 	return f, nil
+}
+
+// The fast paths of encode: what marshal would write, built by hand for
+// the common small values (no reflection, one allocation), or ok false.
+
+// plainJSON reports whether s encodes as a JSON string by quoting alone:
+// printable ASCII other than '"' and '\\' (marshal does not escape HTML).
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// stringsJSON is marshal(tags) for plain strings.
+func stringsJSON(tags []string) (string, bool) {
+	n := 2
+	for _, t := range tags {
+		if !plainJSON(t) {
+			return "", false
+		}
+		n += len(t) + 3
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '[')
+	for i, t := range tags {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(append(append(b, '"'), t...), '"')
+	}
+	return string(append(b, ']')), true
+}
+
+// stringMapJSON is marshal(m) for an empty map, or one of at most four
+// plain string keys with plain string values (keys sorted, as marshal
+// sorts them).
+func stringMapJSON(m map[string]any) (string, bool) {
+	if len(m) == 0 {
+		return "{}", true
+	}
+	if len(m) > 4 {
+		return "", false
+	}
+	var keys [4]string
+	ks, n := keys[:0], 2
+	for k, v := range m {
+		s, ok := v.(string)
+		if !ok || !plainJSON(k) || !plainJSON(s) {
+			return "", false
+		}
+		ks, n = append(ks, k), n+len(k)+len(s)+6
+	}
+	slices.Sort(ks)
+	b := make([]byte, 0, n)
+	b = append(b, '{')
+	for i, k := range ks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(append(append(b, '"'), k...), `":"`...)
+		b = append(append(b, m[k].(string)...), '"')
+	}
+	return string(append(b, '}')), true
+}
+
+// compactJSON reports whether data has no whitespace outside its strings
+// (json.Compact would leave it as it is, once it is valid JSON).
+func compactJSON(data []byte) bool {
+	in, esc := false, false
+	for _, c := range data {
+		switch {
+		case esc:
+			esc = false
+		case in && c == '\\':
+			esc = true
+		case c == '"':
+			in = !in
+		case !in && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			return false
+		}
+	}
+	return true
 }
 
 // EncodeHash returns the entry's HASH fields (contract encoding): raw

@@ -89,7 +89,7 @@ func (s *Store) Events(ctx context.Context, cursor, pattern string, count int, b
 	}
 	args := &redis.XReadArgs{Streams: []string{s.keys.Events(), cursor}, Count: int64(count), Block: -1}
 	if block > 0 {
-		args.Block = block
+		args.Block = block // XRead also sets the read timeout to match
 	}
 	res, err := s.rdb.XRead(ctx, args).Result()
 	if errors.Is(err, redis.Nil) {
@@ -102,8 +102,10 @@ func (s *Store) Events(ctx context.Context, cursor, pattern string, count int, b
 	for _, st := range res {
 		for _, m := range st.Messages {
 			cursor = m.ID
-			if ev := decodeEvent(m); pattern == "" || Fnmatch(pattern, ev.Type) {
-				out = append(out, ev)
+			// Most events of a busy board are of types the caller did not
+			// ask for: match the raw type, decode only what matches.
+			if typ, _ := m.Values["event_type"].(string); pattern == "" || Fnmatch(pattern, typ) {
+				out = append(out, decodeEvent(m))
 			}
 		}
 	}
@@ -174,8 +176,8 @@ func (s *Store) History(ctx context.Context, pattern string, limit int) ([]Event
 			return nil, fmt.Errorf("blackboard: history: %w", err)
 		}
 		for _, m := range page {
-			if ev := decodeEvent(m); pattern == "" || Fnmatch(pattern, ev.Type) {
-				out = append(out, ev)
+			if typ, _ := m.Values["event_type"].(string); pattern == "" || Fnmatch(pattern, typ) {
+				out = append(out, decodeEvent(m))
 				if limit > 0 && len(out) == limit {
 					return out, nil
 				}

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -64,8 +65,11 @@ const (
 
 // head is ARGV[1..3] of every script: now, a fresh 24-hex event id prefix,
 // and the events stream MAXLEN.
-func (s *Store) head(now time.Time) []any {
-	return []any{formatFloat(epoch(now)), NewID()[:24], s.eventsMaxLen}
+func (s *Store) head(now time.Time) []any { return s.appendHead(make([]any, 0, 8), now) }
+
+// appendHead appends head(now) to args.
+func (s *Store) appendHead(args []any, now time.Time) []any {
+	return append(args, formatFloat(epoch(now)), NewID()[:24], s.eventsMaxLen)
 }
 
 // retentionArg is the retention ARGV of the scripts that can make an entry
@@ -121,6 +125,9 @@ type postItem struct {
 	lane string // the intake lane key of a compute request, else ""
 }
 
+// entryKeyCount is how many KEYS one entry takes in post.lua (ENTRY_KEYS).
+const entryKeyCount = 4
+
 // entryKeys are an entry's KEYS in post.lua and supersede.lua: its HASH,
 // topic and source indexes, and its intake lane (the topics SET, untouched,
 // for an entry that has none).
@@ -135,7 +142,7 @@ func (k Keys) entryKeys(it postItem) []string {
 // post runs post.lua. It returns the index of an entry whose id is taken
 // (-1 when all were written) and the entry count after the write.
 func (s *Store) post(ctx context.Context, now time.Time, items []postItem) (taken int, count int64, err error) {
-	keys := s.keys.common()
+	keys := append(make([]string, 0, len(s.common)+entryKeyCount*len(items)), s.common...)
 	args := append(s.head(now), len(items), s.retentionArg())
 	for _, it := range items {
 		keys = append(keys, s.keys.entryKeys(it)...)
@@ -153,7 +160,7 @@ func (s *Store) post(ctx context.Context, now time.Time, items []postItem) (take
 
 // supersede runs supersede.lua and returns the entry count after the write.
 func (s *Store) supersede(ctx context.Context, now time.Time, oldID string, it postItem) (int64, error) {
-	keys := append(s.keys.common(), s.keys.Entry(oldID))
+	keys := append(slices.Clip(s.common), s.keys.Entry(oldID))
 	keys = append(keys, s.keys.entryKeys(it)...)
 	args := append(s.head(now), oldID, s.retentionArg())
 	args = append(args, it.args...)

@@ -23,6 +23,7 @@ import (
 type Store struct {
 	rdb           redis.UniversalClient
 	keys          Keys
+	common        []string // keys.common(), built once: read-only
 	clock         clock.Clock
 	log           *slog.Logger
 	maxEntries    int // > 0, or -1 for unlimited
@@ -44,6 +45,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	s := &Store{
 		rdb:           rdb,
 		keys:          NewKeys(ns),
+		common:        NewKeys(ns).common(),
 		clock:         cfg.Clock,
 		log:           cfg.Logger,
 		maxEntries:    cmp.Or(cfg.MaxEntries, defaultMaxEntries),
@@ -118,7 +120,7 @@ func (s *Store) prepare(e *Entry, now time.Time) (postItem, error) {
 	if err := e.Validate(); err != nil {
 		return postItem{}, err
 	}
-	f, err := e.encode()
+	f, err := e.encodeData(true) // Validate checked the data
 	if err != nil {
 		return postItem{}, err
 	}
@@ -126,7 +128,7 @@ func (s *Store) prepare(e *Entry, now time.Time) (postItem, error) {
 	lane, entryJSON, laneKey, member := -1, "", "", ""
 	if e.Topic == RequestTopic {
 		lane = RequestLane(*e)
-		b, err := e.MarshalJSON()
+		b, err := e.marshalFields(f)
 		if err != nil {
 			return postItem{}, err
 		}
@@ -136,14 +138,25 @@ func (s *Store) prepare(e *Entry, now time.Time) (postItem, error) {
 			member = LaneMember(e.SourceModule, lane)
 		}
 	}
-	added, err := marshal(addedPayload{e.ID, e.Topic, e.SourceModule, e.Priority.String()})
+	added, err := addedJSON(addedPayload{e.ID, e.Topic, e.SourceModule, e.Priority.String()})
 	if err != nil {
 		return postItem{}, err
 	}
 	return postItem{e: e, lane: laneKey, args: []any{
 		e.ID, e.Topic, e.SourceModule, string(f.status), e.ParentID, f.timestamp, f.conf, f.ttl,
-		f.priority, f.data, f.metadata, f.tags, lane, entryJSON, string(added), member,
+		f.priority, f.data, f.metadata, f.tags, lane, entryJSON, added, member,
 	}}, nil
+}
+
+// addedJSON is marshal(p), built by hand when every field is plain (see
+// plainJSON): the common case, without reflection.
+func addedJSON(p addedPayload) (string, error) {
+	if plainJSON(p.EntryID) && plainJSON(p.Topic) && plainJSON(p.SourceModule) && plainJSON(p.Priority) {
+		return `{"entry_id":"` + p.EntryID + `","topic":"` + p.Topic + `","source_module":"` + p.SourceModule +
+			`","priority":"` + p.Priority + `"}`, nil
+	}
+	b, err := marshal(p)
+	return string(b), err
 }
 
 func idOf(e *Entry) string {

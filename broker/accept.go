@@ -16,7 +16,8 @@ import (
 
 // acceptSpec is what the job store needs of d to make its job.
 func acceptSpec(d *Delivery) jobs.AcceptSpec {
-	return jobs.AcceptSpec{JobID: d.JobID, EntryID: d.EntryID, Module: d.Module, Request: d.Request, Submitted: d.Entry.Timestamp}
+	return jobs.AcceptSpec{JobID: d.JobID, EntryID: d.EntryID, Module: d.Module, Request: d.Request, Submitted: d.Entry.Timestamp,
+		RequestData: d.Entry.Data}
 }
 
 // acceptRecord is Accept's step 1 (jobs.Store.Accept). A request whose

@@ -71,22 +71,101 @@ type AcceptResult struct {
 	Err     error
 }
 
-// AcceptBatch is Accept for each of ds, result i for ds[i]. Each request
-// goes through Accept's three steps in Accept's order — record, job entry,
-// consume + ack — so a crash anywhere leaves each one where Accept would
-// (see Accept); what changes is that a step is taken for the whole batch
-// at once: the records in one pipeline of accept.lua calls (and one of
-// record reads for the keys that already had a job: jobs.Store.AcceptBatch),
-// the job entries and consumes concurrently (acceptConcurrency at a time),
-// the acks in one pipeline. Requests with the same idempotency key in one
-// batch behave as in successive Accepts: the first creates the job, the
-// others get it with Created false. A request that accept.lua finds
-// retracted, superseded or expired gets no job and ends as in Accept: its
-// result has the job in its final status (cancelled or expired), Created
-// false, Err nil — the adapter starts only results whose job is queued. A
-// failed request has Err set (ErrLeaseLost: drop it; otherwise its lease
-// lapses and it is handed out again) and does not hold up the others.
+// AcceptBatch is Accept for each of ds, result i for ds[i], with Accept's
+// guarantees. The common case — a new request that gets a new job — takes
+// one step for the whole batch: one pipeline of intake.lua calls, each of
+// which creates the record, posts the job entry (queued), consumes the
+// request entry and acknowledges the intake message atomically (the record
+// and the entries as jobs.Store.IntakeStep gives them, the ack as ack.lua
+// does it), so a crash leaves each request either untouched or finished.
+// A request that step cannot finish gets nothing written there and takes
+// Accept's three steps (acceptSteps): a duplicate idempotency key (or a
+// redelivery whose record exists), a request entry found retracted,
+// superseded, expired or not a HASH, a job entry left by an earlier
+// refusal.
+//
+// Requests with the same idempotency key in one batch behave as in
+// successive Accepts: the first creates the job, the others get it with
+// Created false. A request found retracted, superseded or expired gets no
+// job and ends as in Accept: its result has the job in its final status
+// (cancelled or expired), Created false, Err nil — the adapter starts only
+// results whose job is queued. A failed request has Err set (ErrLeaseLost:
+// drop it; jobs.ErrFenced: this scheduler was deposed, nothing was
+// written; otherwise its lease lapses and it is handed out again) and does
+// not hold up the others.
 func (b *Broker) AcceptBatch(ctx context.Context, ds []*Delivery) []AcceptResult {
+	res := make([]AcceptResult, len(ds))
+	fail := func(i int, err error) {
+		res[i] = AcceptResult{Err: fmt.Errorf("broker: accept %s: %w", ds[i].EntryID, err)}
+	}
+	now := b.cfg.Clock.Now()
+	js := make([]jobs.Job, len(ds))
+	calls := make([]luabatch.Call, len(ds))
+	var group, consumer any = blackboard.InboxGroup, b.cfg.Consumer // boxed once
+	for i, d := range ds {
+		if _, err := b.inbox.Extend(d.lease); err != nil {
+			fail(i, err)
+			continue
+		}
+		// intake.lua's own KEYS and ARGV first, intake_job's after.
+		ck := make([]string, 0, 3+jobs.IntakeKeys)
+		ck = append(ck, d.stream, b.keys.DLQ(), b.keys.DLQWritten())
+		ca := make([]any, 0, 3+jobs.IntakeArgs)
+		ca = append(ca, group, consumer, d.MessageID)
+		j, ck, ca, err := b.jobs.IntakeStep(ck, ca, acceptSpec(d), now)
+		if err != nil {
+			fail(i, err)
+			continue
+		}
+		js[i] = j
+		calls[i] = luabatch.Call{Keys: ck, Args: ca}
+	}
+	var rest []int
+	for i, cmd := range luabatch.Eval(ctx, b.rdb, scriptIntake, calls) {
+		if cmd == nil {
+			continue // failed above
+		}
+		r, err := cmd.Slice()
+		if err != nil {
+			fail(i, fmt.Errorf("intake: %w", err))
+			continue
+		}
+		ir := b.jobs.ParseIntake(r)
+		switch {
+		case ir.Err != nil:
+			fail(i, ir.Err)
+		case !ir.Done:
+			rest = append(rest, i)
+		default:
+			b.store.Posted(ctx, ir.Count, js[i].JobID)
+			if ack, _ := r[len(r)-1].(int64); ack < 0 {
+				b.log.Info("request taken over by another consumer before it was finished here", "entry_id", ds[i].EntryID)
+			}
+			res[i] = AcceptResult{Job: js[i], Created: true}
+			_ = b.inbox.Ack(ds[i].lease)
+			b.m.accepted.Add(1)
+		}
+	}
+	if len(rest) > 0 {
+		sub := make([]*Delivery, len(rest))
+		for k, i := range rest {
+			sub[k] = ds[i]
+		}
+		for k, r := range b.acceptSteps(ctx, sub) {
+			res[rest[k]] = r
+		}
+	}
+	return res
+}
+
+// acceptSteps is AcceptBatch for the requests its one step could not
+// finish: Accept's three steps, each taken for the whole batch at once —
+// the records in one pipeline of accept.lua calls (and one of record reads
+// for the keys that already had a job: jobs.Store.AcceptBatch), the job
+// entries and consumes concurrently (acceptConcurrency at a time), the
+// acks in one pipeline — so a crash anywhere leaves each one where Accept
+// would (see Accept).
+func (b *Broker) acceptSteps(ctx context.Context, ds []*Delivery) []AcceptResult {
 	res := make([]AcceptResult, len(ds))
 	fail := func(i int, err error) {
 		res[i] = AcceptResult{Err: fmt.Errorf("broker: accept %s: %w", ds[i].EntryID, err)}

@@ -580,6 +580,14 @@ func TestReadNewBounded(t *testing.T) {
 			if err := bd.rdb.XGroupDestroy(ctx, bd.keys.Inbox(5), blackboard.InboxGroup).Err(); err != nil {
 				t.Fatal(err)
 			}
+			// An empty lane is not looked at (nothing to read); one that
+			// holds a message is, and its missing group is reported.
+			if _, err := b.readNew(ctx, 10); err != nil {
+				t.Errorf("read with an empty lane without a group: %v", err)
+			}
+			if err := bd.rdb.XAdd(ctx, &redis.XAddArgs{Stream: bd.keys.Inbox(5), Values: []any{"x", "y"}}).Err(); err != nil {
+				t.Fatal(err)
+			}
 			if _, err := b.readNew(ctx, 10); !isNoGroup(err) {
 				t.Errorf("read without a group: %v, want NOGROUP", err)
 			}

@@ -403,7 +403,8 @@ func (b *Broker) Reject(ctx context.Context, d *Delivery, werr *wire.Error) erro
 //  3. the request entry is marked consumed (jobs.Store.ConsumeAccepted) and
 //     the intake message acked.
 //
-// A crash between steps leaves the message unacked: it is delivered again
+// (AcceptBatch takes the three steps in one Lua step for a new request that
+// gets a new job.) A crash between steps leaves the message unacked: it is delivered again
 // (to this or another broker), step 1 finds the record, and steps 2 and 3
 // are completed; the request is never lost and its job never created twice.
 // created is false when the record already existed: on a redelivery, or for

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -904,6 +905,12 @@ func (b *Broker) eventsStep(ctx context.Context, block time.Duration) (int, erro
 	n := 0
 	var errs []error
 	for _, ev := range evs {
+		// Every consume, claim and job entry change is an updated event
+		// too: only a payload that names the retracted status can be a
+		// retraction, so the others are not decoded.
+		if !bytes.Contains(ev.Payload, retractedJSON) || !bytes.Contains(ev.Payload, requestTopicJSON) {
+			continue
+		}
 		var p struct {
 			EntryID string          `json:"entry_id"`
 			Topic   string          `json:"topic"`
@@ -925,6 +932,13 @@ func (b *Broker) eventsStep(ctx context.Context, block time.Duration) (int, erro
 	}
 	return n, errors.Join(errs...)
 }
+
+// The JSON strings a retraction's updated event carries (its new status and
+// its topic), looked for before its payload is decoded.
+var (
+	retractedJSON    = []byte(`"` + string(blackboard.StatusRetracted) + `"`)
+	requestTopicJSON = []byte(`"` + blackboard.RequestTopic + `"`)
+)
 
 // parseCounted parses {{id, fields, deliveries}, ...} from own.lua and
 // claim.lua, read from lane l.

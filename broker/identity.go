@@ -82,7 +82,7 @@ func (b *Broker) signalCancel(ctx context.Context, entryID string) error {
 // status, with no event, or one whose event this broker missed, still
 // reaches the adapter. Run calls it every CancelCheckInterval.
 func (b *Broker) cancelStep(ctx context.Context) error {
-	active, err := b.jobs.ListActive(ctx)
+	active, err := b.jobs.ActiveRequests(ctx)
 	if err != nil {
 		return err
 	}
@@ -91,9 +91,9 @@ func (b *Broker) cancelStep(ctx context.Context) error {
 	}
 	sts := make([]*redis.StringCmd, len(active))
 	_, err = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, j := range active {
-			if blackboard.ValidID(j.RequestEntryID) {
-				sts[i] = p.HGet(ctx, b.keys.Entry(j.RequestEntryID), "status")
+		for i, id := range active {
+			if blackboard.ValidID(id) {
+				sts[i] = p.HGet(ctx, b.keys.Entry(id), "status")
 			}
 		}
 		return nil
@@ -102,7 +102,7 @@ func (b *Broker) cancelStep(ctx context.Context) error {
 		return fmt.Errorf("cancel check: %w", err)
 	}
 	var errs []error
-	for i, j := range active {
+	for i, id := range active {
 		if sts[i] == nil {
 			continue
 		}
@@ -110,7 +110,7 @@ func (b *Broker) cancelStep(ctx context.Context) error {
 		if st != blackboard.StatusRetracted && st != blackboard.StatusSuperseded {
 			continue
 		}
-		if err := b.signalCancel(ctx, j.RequestEntryID); err != nil {
+		if err := b.signalCancel(ctx, id); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -4,11 +4,14 @@ import (
 	_ "embed"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/computeboard/computeboard/jobs"
 )
 
 // The broker's Lua scripts, one file per atomic step, each with a header
 // listing its KEYS, ARGV and returns. lib.lua is prepended to each. (The
-// job record's scripts, accept and transition, are package jobs'.)
+// job record's scripts, accept and transition, are package jobs';
+// intake.lua is composed with jobs' and blackboard's Lua: jobs.LuaIntake.)
 var (
 	//go:embed lua/lib.lua
 	luaLib string
@@ -26,6 +29,8 @@ var (
 	luaDeadLetter string
 	//go:embed lua/replay.lua
 	luaReplay string
+	//go:embed lua/intake.lua
+	luaIntake string
 )
 
 var (
@@ -36,4 +41,7 @@ var (
 	scriptAck        = redis.NewScript(luaLib + luaAck)
 	scriptReplay     = redis.NewScript(luaLib + luaReplay)
 	scriptDeadLetter = redis.NewScript(luaLib + luaDeadLetter)
+	// scriptIntake is composed: blackboard's and jobs' Lua (jobs.LuaIntake:
+	// the record, the job entry, the consume), then ours (the ack).
+	scriptIntake = redis.NewScript(jobs.LuaIntake() + luaLib + luaIntake)
 )

@@ -20,6 +20,13 @@ type AcceptSpec struct {
 	Module    string       // the request's source module: its idempotency key's scope
 	Request   wire.Request // decoded, defaults filled
 	Submitted float64      // the request entry's timestamp, epoch seconds
+	// RequestData is the request entry's data as posted, when the caller
+	// has it (the broker does: the intake message carries it). The record
+	// then keeps it (field request_data) instead of Request encoded with
+	// its defaults (field request): decodeRecord derives the defaults
+	// again from the record's own fields. It must be the data Request was
+	// decoded from.
+	RequestData json.RawMessage
 }
 
 // AcceptResult is the outcome of accepting one AcceptSpec. At most one of
@@ -152,12 +159,22 @@ func (s *Store) AcceptBatch(ctx context.Context, specs []AcceptSpec) []AcceptRes
 
 // acceptCall builds accept.lua's call for spec and the record it creates.
 func (s *Store) acceptCall(spec AcceptSpec, now float64, fkeys []string, fepoch string) (Job, luabatch.Call, error) {
-	req, err := json.Marshal(spec.Request)
+	j := newJob(spec, now)
+	args := append([]any{spec.Request.IdempotencyKey, spec.JobID, formatFloat(now), fepoch}, recordPairs(j)...)
+	args, err := appendRequest(args, spec)
 	if err != nil {
 		return Job{}, luabatch.Call{}, err
 	}
+	keys := append([]string{s.keys.JobsIdem(), s.keys.Job(spec.JobID), s.keys.JobsActive(), s.keys.Entry(spec.EntryID),
+		s.keys.JobIdem(spec.Module, spec.Request.IdempotencyKey)}, fkeys...)
+	return j, luabatch.Call{Keys: keys, Args: args}, nil
+}
+
+// newJob is the record spec's request is accepted into at now (epoch
+// seconds): queued, version 0.
+func newJob(spec AcceptSpec, now float64) Job {
 	sub := spec.Submitted
-	j := Job{
+	return Job{
 		JobData: wire.JobData{
 			JobID: spec.JobID, RequestEntryID: spec.EntryID, IdempotencyKey: spec.Request.IdempotencyKey,
 			Account: spec.Request.Account, Priority: spec.Request.Priority, Status: wire.JobQueued,
@@ -165,9 +182,18 @@ func (s *Store) acceptCall(spec AcceptSpec, now float64, fkeys []string, fepoch 
 		},
 		Module: spec.Module, AcceptedAt: now, UpdatedAt: now, Request: spec.Request,
 	}
-	args := append([]any{spec.Request.IdempotencyKey, spec.JobID, formatFloat(now), fepoch}, recordPairs(j)...)
-	args = append(args, "request", string(req))
-	keys := append([]string{s.keys.JobsIdem(), s.keys.Job(spec.JobID), s.keys.JobsActive(), s.keys.Entry(spec.EntryID),
-		s.keys.JobIdem(spec.Module, spec.Request.IdempotencyKey)}, fkeys...)
-	return j, luabatch.Call{Keys: keys, Args: args}, nil
+}
+
+// appendRequest appends the record's copy of spec's request: the data as
+// posted (request_data) when spec has it, else the decoded request with its
+// defaults (request).
+func appendRequest(args []any, spec AcceptSpec) ([]any, error) {
+	if len(spec.RequestData) > 0 {
+		return append(args, "request_data", string(spec.RequestData)), nil
+	}
+	req, err := json.Marshal(spec.Request)
+	if err != nil {
+		return nil, err
+	}
+	return append(args, "request", string(req)), nil
 }

@@ -3,7 +3,9 @@
 // through their lifecycle by compare-and-set (Transition), mirrored into
 // each job's compute.job entry and its duplicates' entries, retired with a
 // retention when they end, and announced by compute.job.finished. It also
-// keeps the scheduling engine's checkpoint (SaveEngineState).
+// keeps the scheduling engine's checkpoint (SaveEngineState). IntakeStep and
+// LuaIntake give a new request's acceptance (record, job entry, consume) as
+// one part of a composed Lua script: the broker's one-step intake.
 //
 // Vocabulary: a record is the source of truth, the job entry its copy on
 // the board; a duplicate is another request of the same module with the

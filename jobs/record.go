@@ -48,13 +48,16 @@ type Update struct {
 
 // recordPairs encodes the record fields of j (all but request) as HASH
 // field/value pairs; null values are omitted.
-func recordPairs(j Job) []any {
-	p := []any{
+func recordPairs(j Job) []any { return appendRecordPairs(nil, j) }
+
+// appendRecordPairs appends recordPairs(j) to p.
+func appendRecordPairs(p []any, j Job) []any {
+	p = append(p,
 		"job_id", j.JobID, "request_entry_id", j.RequestEntryID, "idempotency_key", j.IdempotencyKey,
 		"account", j.Account, "module", j.Module, "priority", strconv.Itoa(j.Priority),
 		"status", string(j.Status), "attempt", strconv.Itoa(j.Attempt), "version", strconv.FormatInt(j.Version, 10),
 		"accepted_at", formatFloat(j.AcceptedAt), "updated_at", formatFloat(j.UpdatedAt),
-	}
+	)
 	if j.SubmittedAt != nil {
 		p = append(p, "submitted_at", formatFloat(*j.SubmittedAt))
 	}
@@ -134,6 +137,8 @@ func decodeRecord(h map[string]string) (Job, error) {
 	}
 	if s, ok := h["request"]; ok {
 		errs = append(errs, json.Unmarshal([]byte(s), &j.Request))
+	} else if s, ok := h["request_data"]; ok {
+		j.Request = requestFromData(s, j)
 	}
 	j.CancelRequested = h["cancel_requested"] == "1"
 	if j.JobID == "" || !j.Status.Valid() {
@@ -143,6 +148,22 @@ func decodeRecord(h map[string]string) (Job, error) {
 		return Job{}, fmt.Errorf("decode job record: %w", err)
 	}
 	return j, nil
+}
+
+// requestFromData decodes the request a record keeps as posted
+// (request_data; see AcceptSpec.RequestData). Its defaults come from the
+// entry (priority, account, idempotency key: wire.DecodeRequest), and the
+// record holds what they were at acceptance, so they are taken from j.
+// Data that no longer validates (a later version's stricter rule) is read
+// as plain JSON: the job was accepted, and its record stays readable.
+func requestFromData(data string, j Job) wire.Request {
+	r, werr := wire.DecodeRequest([]byte(data), wire.EntryInfo{ID: j.RequestEntryID, SourceModule: j.Module})
+	if werr != nil {
+		r = wire.Request{}
+		_ = json.Unmarshal([]byte(data), &r)
+	}
+	r.Priority, r.Account, r.IdempotencyKey = j.Priority, j.Account, j.IdempotencyKey
+	return r
 }
 
 // pairs reads a script's {field, value, ...} reply as a map.

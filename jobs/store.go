@@ -159,6 +159,33 @@ func (s *Store) ListActive(ctx context.Context) ([]Job, error) {
 	return out, nil
 }
 
+// ActiveRequests returns the request entry id of every job not yet in a
+// terminal status (in no particular order), reading only that field of
+// each record: what a periodic check of the requests' statuses needs,
+// without decoding whole records.
+func (s *Store) ActiveRequests(ctx context.Context) ([]string, error) {
+	ids, err := s.rdb.ZRange(ctx, s.keys.JobsActive(), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobs: active requests: %w", err)
+	}
+	cmds := make([]*redis.StringCmd, len(ids))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HGet(ctx, s.keys.Job(id), "request_entry_id")
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("jobs: active requests: %w", err)
+	}
+	out := make([]string, 0, len(ids))
+	for _, c := range cmds {
+		if v := c.Val(); v != "" {
+			out = append(out, v) // "": removed by hand
+		}
+	}
+	return out, nil
+}
+
 // JobForKey returns the id of the job that idempotency key key of source
 // module maps to (on a board from before per-module keys, the key may be
 // in the old board-wide HASH), or ErrNotFound when none does.

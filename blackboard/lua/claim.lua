@@ -16,15 +16,10 @@
 local now, prefix, maxlen, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local ek, expiry, events = KEYS[1], KEYS[2], KEYS[3]
 
-local status = redis.call('HGET', ek, 'status')
-if not status then
+local claimed, status = consume_entry(ek, expiry, id, events, maxlen, prefix, now)
+if claimed == NOT_FOUND then
   return { NOT_FOUND }
-end
-local claimed = 0
-if status == 'active' then
-  set_status(ek, expiry, id, 'consumed', events, maxlen, prefix, now)
-  claimed = 1
-elseif status ~= 'consumed' then
+elseif claimed == CONFLICT then
   return { CONFLICT, status }
 end
 if KEYS[4] then

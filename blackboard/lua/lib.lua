@@ -1,6 +1,15 @@
 -- lib.lua: helpers shared by every script. scripts.go prepends this file to
--- each script, so it defines locals only and reads no KEYS or ARGV itself.
--- Every key a helper touches is handed to it by the calling script.
+-- each script, so it defines locals only and reads no KEYS or ARGV itself
+-- (post_entry and post_one read them at the offsets their caller gives).
+-- Every key a helper touches is handed to it by the calling script. Scripts
+-- of other packages that write entries in their own atomic step include it
+-- too (LuaLib, compose.go): post_one and consume_entry are their entry
+-- points, so an entry is written one way only.
+
+-- Script return codes (mapped to sentinel errors in scripts.go).
+local NOT_FOUND = -1
+local CONFLICT = -2
+local STALE = -3
 
 -- Priority digits as stored in the entry HASH -> names used in event payloads.
 local PRIORITY_NAMES = { ['0'] = 'LOW', ['1'] = 'NORMAL', ['2'] = 'HIGH', ['3'] = 'CRITICAL' }
@@ -148,7 +157,40 @@ local function mark_expired(ek, expiry, retire, retention, stats, id, topic, eve
     '{"entry_id":' .. jstr(id) .. ',"topic":' .. jstr(topic) .. '}')
 end
 
--- Script return codes (mapped to sentinel errors in scripts.go).
-local NOT_FOUND = -1
-local CONFLICT = -2
-local STALE = -3
+-- POST_KEYS and POST_ARGS are how many KEYS and ARGV one entry takes when
+-- a script of another package posts it in its own atomic step (post_one;
+-- Store.PostStep builds them): post.lua's layout for n = 1.
+local POST_KEYS = COMMON_KEYS + ENTRY_KEYS
+local POST_ARGS = 5 + ENTRY_ARGS
+
+-- post_one posts, as post.lua would, the one entry whose post.lua KEYS start
+-- at KEYS[kb] and ARGV at ARGV[ab] (Store.PostStep's layout). It returns
+-- the entry count after the write (ZCARD P:all), or false when the entry's
+-- id exists (nothing written).
+local function post_one(kb, ab)
+  local c = common_keys(kb)
+  local ek = KEYS[kb + COMMON_KEYS]
+  if redis.call('EXISTS', ek) == 1 then
+    return false
+  end
+  post_entry(c, ek, KEYS[kb + COMMON_KEYS + 1], KEYS[kb + COMMON_KEYS + 2], KEYS[kb + COMMON_KEYS + 3],
+    ab + 5, ARGV[ab], ARGV[ab + 1], ARGV[ab + 2], ARGV[ab + 4])
+  return redis.call('ZCARD', c.all)
+end
+
+-- consume_entry marks the entry in HASH ek consumed when it is active (one
+-- updated event). It returns 1 when consumed now, 0 when already consumed,
+-- NOT_FOUND when the entry is gone, or CONFLICT and the status it holds.
+local function consume_entry(ek, expiry, id, events, maxlen, prefix, now)
+  local status = redis.call('HGET', ek, 'status')
+  if not status then
+    return NOT_FOUND
+  end
+  if status == 'active' then
+    set_status(ek, expiry, id, 'consumed', events, maxlen, prefix, now)
+    return 1
+  elseif status ~= 'consumed' then
+    return CONFLICT, status
+  end
+  return 0
+end

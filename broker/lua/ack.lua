@@ -23,24 +23,11 @@
 if KEYS[4] and redis.call('GET', KEYS[4]) ~= ARGV[6] then
   return -2
 end
-local key, group, consumer, id = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
-local mark = key .. '/' .. id
-local owner = pending_info(key, group, id)
-if owner == nil then
-  redis.call('XDEL', key, id)
-  redis.call('HDEL', KEYS[3], mark)
-  return 0
-end
-if owner ~= consumer then
-  return -1
-end
-redis.call('XACK', key, group, id)
-redis.call('XDEL', key, id)
-if redis.call('HDEL', KEYS[3], mark) == 0 and #ARGV > 6 then
-  local fields = {}
+local fields = nil
+if #ARGV > 6 then
+  fields = {}
   for i = 7, #ARGV do
     fields[#fields + 1] = ARGV[i]
   end
-  add_dead_letter(KEYS[2], ARGV[4], ARGV[5], fields)
 end
-return 1
+return finish_message(KEYS[1], ARGV[1], ARGV[2], ARGV[3], KEYS[3], KEYS[2], ARGV[4], ARGV[5], fields)

@@ -79,3 +79,29 @@ local function add_dead_letter(dlq, maxlen, minid, fields)
   end
   return redis.call('XADD', dlq, '*', unpack(fields))
 end
+
+-- finish_message is ack.lua without its fence check: it finishes message
+-- id of intake lane key (group, consumer) when this consumer owns it:
+-- XACK, XDEL, its dead-letter mark in marks cleared and, with fields (a
+-- flat {field, value, ...} table, or nil) and no mark, a dead letter added
+-- to dlq (maxlen, minid as in add_dead_letter). It returns 1 when done now,
+-- 0 when the message was no longer pending (deleted, mark cleared), -1
+-- when another consumer owns it (nothing done).
+local function finish_message(key, group, consumer, id, marks, dlq, maxlen, minid, fields)
+  local mark = key .. '/' .. id
+  local owner = pending_info(key, group, id)
+  if owner == nil then
+    redis.call('XDEL', key, id)
+    redis.call('HDEL', marks, mark)
+    return 0
+  end
+  if owner ~= consumer then
+    return -1
+  end
+  redis.call('XACK', key, group, id)
+  redis.call('XDEL', key, id)
+  if redis.call('HDEL', marks, mark) == 0 and fields then
+    add_dead_letter(dlq, maxlen, minid, fields)
+  end
+  return 1
+end

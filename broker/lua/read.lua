@@ -43,11 +43,18 @@ for level = 0, 9 do
   if left > 0 and count > 0 then
     local lanes = {}
     for i = first, first + count - 1 do
-      local lag = group_lag(KEYS[i], group)
-      if lag == nil then
-        lanes[#lanes + 1] = { i, math.huge, true }
-      elseif lag > 0 then
-        lanes[#lanes + 1] = { i, lag, false }
+      -- An empty lane (finished messages are deleted, so most lanes are
+      -- empty once the feed keeps up) has nothing to deliver: XLEN is O(1)
+      -- and spares XINFO GROUPS, which costs Redis far more from Lua. A
+      -- missing lane is empty too; its first message makes it non-empty,
+      -- and a missing group then raises NOGROUP below as before.
+      if redis.call('XLEN', KEYS[i]) > 0 then
+        local lag = group_lag(KEYS[i], group)
+        if lag == nil then
+          lanes[#lanes + 1] = { i, math.huge, true }
+        elseif lag > 0 then
+          lanes[#lanes + 1] = { i, lag, false }
+        end
       end
     end
     table.sort(lanes, function(a, b)

@@ -14,6 +14,14 @@
 // poster is rejected (rate_limited, inbox_full) and the run measures the
 // limiter, not the path. The engine and process starts are not included.
 //
+// Besides the rate and latencies it prints the CPU time per request of
+// this process (posters and intake: go_cpu_us_per_req) and of the Redis
+// server (redis_cpu_us_per_req, from INFO), less noisy than rates on a busy
+// machine, and redis_bytes_per_job: Redis's used_memory after the run less
+// before it, per request (every job still pending: the requests, records,
+// job entries, their indexes and events). -cpuprofile writes a CPU profile;
+// -keep leaves the board in Redis to inspect.
+//
 // With -rate 0 the posters go as fast as they can and req_per_s is the
 // rate until the last job is durable; with -rate R they offer R requests/s
 // together, and p50_us/p99_us are the post→accepted latency at that load.
@@ -30,7 +38,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -65,6 +76,8 @@ type options struct {
 	clients, n    int
 	rate          float64
 	timeout       time.Duration
+	cpuprofile    string
+	keep          bool
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -76,6 +89,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&o.n, "n", 10000, "requests in all")
 	fs.Float64Var(&o.rate, "rate", 0, "requests/s offered by all posters together; 0: as fast as they can")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up after this long")
+	fs.BoolVar(&o.keep, "keep", false, "leave the run's board in Redis (to inspect it) instead of deleting it")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the run (posters and intake) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -87,13 +102,26 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis %s: %w", o.addr, err)
 	}
+	if o.cpuprofile != "" {
+		f, err := os.Create(o.cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	r, err := measure(ctx, rdb, o)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "side=computeboard path=post-to-durable-job clients=%d n=%d rate=%g secs=%.3f req_per_s=%.0f p50_us=%d p99_us=%d jobs=%d unacked=%d\n",
-		o.clients, o.n, o.rate, r.elapsed.Seconds(), float64(o.n)/r.elapsed.Seconds(),
-		r.quantile(0.50).Microseconds(), r.quantile(0.99).Microseconds(), r.jobs, r.unacked)
+	n := float64(o.n)
+	_, err = fmt.Fprintf(stdout, "side=computeboard path=post-to-durable-job clients=%d n=%d rate=%g secs=%.3f req_per_s=%.0f p50_us=%d p99_us=%d go_cpu_us_per_req=%.1f redis_cpu_us_per_req=%.1f redis_bytes_per_job=%.0f jobs=%d unacked=%d\n",
+		o.clients, o.n, o.rate, r.elapsed.Seconds(), n/r.elapsed.Seconds(),
+		r.quantile(0.50).Microseconds(), r.quantile(0.99).Microseconds(),
+		float64(r.goCPU.Microseconds())/n, float64(r.redisCPU.Microseconds())/n, float64(r.memBytes)/n, r.jobs, r.unacked)
 	return err
 }
 
@@ -102,6 +130,14 @@ type result struct {
 	lat     []time.Duration // sorted
 	jobs    int64           // job records active after the run
 	unacked int64           // intake messages still pending after the run
+	// CPU time of this process (posters and intake together) and of the
+	// Redis server during the timed part: less noisy than rates on a busy
+	// machine.
+	goCPU, redisCPU time.Duration
+	// memBytes is Redis's used_memory after the run less before it: what
+	// n pending jobs (their requests, records, entries, indexes and
+	// events) hold.
+	memBytes int64
 }
 
 func (r result) quantile(q float64) time.Duration {
@@ -125,7 +161,9 @@ func measure(ctx context.Context, rdb *redis.Client, o options) (result, error) 
 	if err := br.EnsureGroups(ctx); err != nil {
 		return result{}, err
 	}
-	defer cleanup(rdb, store.Keys())
+	if !o.keep {
+		defer cleanup(rdb, store.Keys())
+	}
 
 	entries := make([]*blackboard.Entry, o.n)
 	index := make(map[string]int, o.n) // entry id → request number; read-only once posting starts
@@ -134,6 +172,10 @@ func measure(ctx context.Context, rdb *redis.Client, o options) (result, error) 
 		e.ID = blackboard.NewID()
 		entries[i] = e
 		index[e.ID] = i
+	}
+	mem0, rcpu0, err := redisUsage(ctx, rdb)
+	if err != nil {
+		return result{}, err
 	}
 	sent := make([]atomic.Int64, o.n) // unix ns just before Post
 	lat := make([]time.Duration, o.n)
@@ -145,6 +187,7 @@ func measure(ctx context.Context, rdb *redis.Client, o options) (result, error) 
 	g.Go(func() error { return ignoreCancel(store.Run(runCtx)) })
 	g.Go(func() error { return ignoreCancel(br.Run(runCtx)) })
 
+	gcpu0 := processCPU()
 	start := time.Now()
 	var end time.Time
 	g.Go(func() error { // the adapter's intake loop
@@ -195,9 +238,14 @@ func measure(ctx context.Context, rdb *redis.Client, o options) (result, error) 
 	if err := g.Wait(); err != nil {
 		return result{}, err
 	}
-	r := result{elapsed: end.Sub(start), lat: lat}
+	r := result{elapsed: end.Sub(start), lat: lat, goCPU: processCPU() - gcpu0}
 	slices.Sort(r.lat)
 	bg := context.Background()
+	mem1, rcpu1, err := redisUsage(bg, rdb)
+	if err != nil {
+		return result{}, err
+	}
+	r.memBytes, r.redisCPU = mem1-mem0, rcpu1-rcpu0
 	if r.jobs, err = rdb.ZCard(bg, store.Keys().JobsActive()).Result(); err != nil {
 		return result{}, err
 	}
@@ -216,6 +264,38 @@ func measure(ctx context.Context, rdb *redis.Client, o options) (result, error) 
 		return r, fmt.Errorf("after the run: %d job records active, want %d; %d intake messages unacknowledged, want 0", r.jobs, o.n, r.unacked)
 	}
 	return r, nil
+}
+
+// redisUsage reads used_memory and the server's CPU time (user + sys)
+// from INFO.
+func redisUsage(ctx context.Context, rdb *redis.Client) (mem int64, cpu time.Duration, err error) {
+	info, err := rdb.Info(ctx, "memory", "cpu").Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("redis info: %w", err)
+	}
+	for line := range strings.Lines(info) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "used_memory":
+			mem, _ = strconv.ParseInt(v, 10, 64)
+		case "used_cpu_sys", "used_cpu_user":
+			f, _ := strconv.ParseFloat(v, 64)
+			cpu += time.Duration(f * float64(time.Second))
+		}
+	}
+	return mem, cpu, nil
+}
+
+// processCPU is this process's CPU time so far (user + sys).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func ignoreCancel(err error) error {

@@ -32,27 +32,9 @@
 -- old board, the key is in KEYS[1]); nothing is written then. A request
 -- entry that is gone (removed, evicted) does not stop the request: the
 -- intake message carries it.
-local stale = stale_fence(KEYS[6], ARGV[4])
-if stale then
-  return { -3, stale }
+local r = accept_check(1, 1, KEYS[6])
+if r then
+  return r
 end
-local kt = redis.call('TYPE', KEYS[4]).ok
-if kt ~= 'hash' and kt ~= 'none' then
-  return { -2, kt }
-end
-local st = redis.call('HGET', KEYS[4], 'status')
-if st == 'retracted' or st == 'superseded' or st == 'expired' then
-  return { -1, st }
-end
-local existing = redis.call('GET', KEYS[5])
-if existing then
-  return { 0, existing }
-end
-existing = redis.call('HGET', KEYS[1], ARGV[1])
-if existing then
-  return { 0, existing }
-end
-redis.call('SET', KEYS[5], ARGV[2])
-redis.call('HSET', KEYS[2], unpack(ARGV, 5))
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
+accept_write(1, 1, 5)
 return { 1, ARGV[2] }
