@@ -7,6 +7,15 @@
 # PACED_N (default 5000) bound its request counts. BENCH_ONLY=pool runs only
 # the pool scheduler (cmd/poolbench: POOL_NODES fake nodes, default 1000;
 # POOL_N jobs, default 20000; POOL_RATE jobs/s for the latency part).
+# BENCH_ONLY=e2e runs only the end-to-end part (cmd/e2ebench: a real
+# adapter, built with its supervisor into .run/bench/bin, running real
+# processes on this machine, on its own redis-server): trivial jobs/s
+# against fork/exec of /bin/true (E2E_N, default 2000), post→started and
+# exit→succeeded latency one job at a time against a bare fork/exec of the
+# same program (E2E_LATENCY_N, default 200), and Redis bytes, adapter RSS
+# and CPU with E2E_PENDING (default 10000) unplaceable pending jobs against
+# asynq's pending tasks and an idle adapter (CPU sampled over E2E_SECS,
+# default 10).
 # These machines are noisy: read ratios, not absolute numbers, and run it
 # twice before believing a change.
 set -euo pipefail
@@ -62,6 +71,66 @@ poolrun() { # the scheduler with fake nodes through real Redis (cmd/poolbench), 
   trap - EXIT
 }
 
+e2erun() { # a real adapter end to end (cmd/e2ebench), next to fork/exec and asynq's pending tasks on the same Redis
+  local bin=$PWD/$out/bin
+  mkdir -p "$bin"
+  echo "== e2e: building cmd/adapter (with cmd/cb-supervisor where it exists), cmd/e2ebench and bench/peers/asynq" >&2
+  $GO build -o "$bin/adapter" ./cmd/adapter
+  rm -f "$bin/cb-supervisor" # the adapter runs tasks under one next to it: never a stale one
+  if [ -d cmd/cb-supervisor ]; then $GO build -o "$bin/cb-supervisor" ./cmd/cb-supervisor; fi
+  $GO build -o "$bin/e2ebench" ./cmd/e2ebench
+  (cd bench/peers/asynq && $GO build -o "$bin/asynq-peer" .)
+  command -v redis-server >/dev/null || { echo "redis-server not found: install it with \`sudo apt-get install -y redis-server\`" >&2; return 1; }
+  e2e_dir=$(mktemp -d)
+  redis-server --port 0 --unixsocket "$e2e_dir/r.sock" --save "" --appendonly no >"$e2e_dir/redis.log" 2>&1 &
+  e2e_pid=$!
+  trap 'kill "$e2e_pid" 2>/dev/null; wait "$e2e_pid" 2>/dev/null; rm -rf "$e2e_dir"' EXIT
+  for _ in $(seq 100); do [ -S "$e2e_dir/r.sock" ] && break; sleep 0.05; done
+  local r=(-network unix -redis "$e2e_dir/r.sock")
+  "$bin/e2ebench" "${r[@]}" -adapter "$bin/adapter" -n "$E2E_N" -latency-n "$E2E_LATENCY_N" -pending "$E2E_PENDING" -secs "$E2E_SECS" | tee "$out/e2e.txt" >&2
+  "$bin/asynq-peer" "${r[@]}" -pending -clients 4 -n "$E2E_PENDING" | tee -a "$out/e2e.txt" >&2
+  kill "$e2e_pid"; wait "$e2e_pid" 2>/dev/null || true
+  rm -rf "$e2e_dir"
+  trap - EXIT
+}
+
+E2E_N=${E2E_N:-2000}
+E2E_LATENCY_N=${E2E_LATENCY_N:-200}
+E2E_PENDING=${E2E_PENDING:-10000}
+E2E_SECS=${E2E_SECS:-10}
+# ekv SIDE PART KEY: the value of KEY on e2e.txt's line for that side and
+# part (part=PART, or path=PART on the asynq peer's line).
+ekv() {
+  awk -v side="side=$1" -v part="part=$2" -v path="path=$2" -v key="$3" '
+    { s = p = 0; for (i = 1; i <= NF; i++) { if ($i == side) s = 1; if ($i == part || $i == path) p = 1 } }
+    s && p { for (i = 1; i <= NF; i++) if (index($i, key "=") == 1) { print substr($i, length(key) + 2); exit } }' "$out/e2e.txt"
+}
+ms() { awk -v u="$1" 'BEGIN { if (u != "") printf "%.1f", u / 1000; else print "n/a" }'; }
+e2e_summary() {
+  local c=computeboard
+  echo "e2e: a real adapter (adapter serve, its own board) running real processes on this machine through its local provider:"
+  printf 'e2e trivial jobs (/bin/true) %7s jobs/s, %s at a time (post to every job succeeded)   fork/exec of /bin/true, %s at a time: %7s/s   = %s of it (goal ≥ 30%%)\n' \
+    "$(ekv $c throughput jobs_per_s)" "$(ekv $c throughput concurrency)" "$(ekv $c throughput concurrency)" "$(ekv $c throughput forkexec_per_s)" \
+    "$(awk -v r="$(ekv $c throughput ratio)" 'BEGIN { if (r != "") printf "%.1f%%", 100 * r; else print "n/a" }')"
+  printf 'e2e CPU per trivial job: adapter %s ms + its children (supervisors, jobs) %s ms + Redis %s ms   fork/exec of /bin/true: %s ms per exec\n' \
+    "$(ekv $c throughput adapter_cpu_ms_per_job)" "$(ekv $c throughput children_cpu_ms_per_job)" "$(ekv $c throughput redis_cpu_ms_per_job)" \
+    "$(ekv $c throughput forkexec_children_cpu_ms_per_exec)"
+  printf 'e2e latency, one job at a time (%s jobs): post→process started p50 %s ms, p99 %s ms (fork/exec→started of the same program: p50 %s ms, p99 %s ms); process exit→succeeded seen p50 %s ms, p99 %s ms\n' \
+    "$(ekv $c latency n)" "$(ms "$(ekv $c latency post_to_started_p50_us)")" "$(ms "$(ekv $c latency post_to_started_p99_us)")" \
+    "$(ms "$(ekv forkexec latency exec_to_started_p50_us)")" "$(ms "$(ekv forkexec latency exec_to_started_p99_us)")" \
+    "$(ms "$(ekv $c latency exit_to_succeeded_p50_us)")" "$(ms "$(ekv $c latency exit_to_succeeded_p99_us)")"
+  printf 'e2e latency p50 splits: post→accepted %s ms, accepted→running %s ms, running→process started %s ms; exit→recorded %s ms, recorded→seen %s ms\n' \
+    "$(ms "$(ekv $c latency post_to_accepted_p50_us)")" "$(ms "$(ekv $c latency accepted_to_running_p50_us)")" "$(ms "$(ekv $c latency running_to_started_p50_us)")" \
+    "$(ms "$(ekv $c latency exit_to_recorded_p50_us)")" "$(ms "$(ekv $c latency recorded_to_observed_p50_us)")"
+  local rb aq
+  rb=$(ekv $c pending redis_bytes_per_job); aq=$(ekv asynq pending redis_bytes_per_task)
+  printf 'e2e %s unplaceable pending jobs, per job: Redis %s B = %s asynq'"'"'s %s B per pending task (same Redis); adapter RSS %s B, Go heap %s B (goal ≤ 2048 B each)\n' \
+    "$(ekv $c pending pending)" "$rb" "$(times "$rb" "$aq")" "$aq" "$(ekv $c pending rss_bytes_per_job)" "$(ekv $c pending heap_bytes_per_job)"
+  printf 'e2e adapter CPU with %s unplaceable pending jobs: %s%% of a core over %s s   idle adapter (0 pending, same run): %s%% (goal < 5%%)\n' \
+    "$(ekv $c pending pending)" "$(ekv $c pending cpu_pct)" "$(ekv $c pending secs)" "$(ekv $c idle cpu_pct)"
+  printf 'e2e Redis bytes per pending job by key:%s\n' "$(grep -E '^side=computeboard part=pending-redis ' "$out/e2e.txt" | sed 's/.*bytes_per_job_by_key://')"
+}
+
 # kv FILE SIDE CLIENTS RATE KEY: the value of KEY on durable.txt's line for that side and load.
 kv() {
   awk -v side="side=$2" -v cl="clients=$3" -v rate="rate=$4" -v key="$5" '
@@ -88,11 +157,19 @@ if [ "${BENCH_ONLY:-}" = pool ]; then
   pool_summary
   exit 0
 fi
+if [ "${BENCH_ONLY:-}" = e2e ]; then
+  e2erun
+  echo
+  echo "== Summary (same run; each figure next to the baseline measured with it)"
+  e2e_summary
+  exit 0
+fi
 if [ "${BENCH_ONLY:-}" != durable ]; then
   run blackboard ./blackboard 'Post|Query|Baseline' 2s
   run broker     ./broker     'Intake|Accept|Baseline' 20000x
   run engine     ./engine     'Schedule' 3x
   poolrun
+  e2erun
 fi
 durable
 
@@ -117,6 +194,7 @@ printf 'post→accepted at a paced 1,000 req/s, 10 clients, %s requests: p50 %s 
   "$(kv "$du" asynq 10 1000 p50_us)" "$(kv "$du" asynq 10 1000 p99_us)"
 [ "${BENCH_ONLY:-}" = durable ] && exit 0
 pool_summary
+e2e_summary
 
 bb=$out/blackboard.txt
 xadd=$(metric "$bb" '^BenchmarkBaselineXADD' 'ops/s')

@@ -13,6 +13,12 @@
 // TaskCheckInterval, how long an idle worker sleeps before polling again
 // (asynq's default, 1s, would put up to a second of sleep into every
 // figure here); computeboard's intake blocks in XREADGROUP instead.
+//
+// With -pending it starts no server: it enqueues -n tasks (payload
+// -payload, by default the same JSON as cmd/e2ebench's pending requests)
+// and prints Redis's used_memory growth per pending task (INFO memory,
+// before and after), the baseline of cmd/e2ebench's part=pending; then it
+// deletes its queue.
 package main
 
 import (
@@ -23,11 +29,14 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
@@ -46,6 +55,8 @@ func run() error {
 	concurrency := flag.Int("concurrency", 20, "asynq server workers")
 	check := flag.Duration("check-interval", 10*time.Millisecond, "asynq TaskCheckInterval")
 	timeout := flag.Duration("timeout", 5*time.Minute, "give up after this long")
+	pending := flag.Bool("pending", false, "enqueue -n tasks with no server and report Redis bytes per pending task")
+	payload := flag.String("payload", `{"resource_requirements":{"cpu_cores":1,"memory":0.0625},"template":"true"}`, "task payload with -pending")
 	flag.Parse()
 	if *clients < 1 || *n < 1 {
 		return errors.New("-clients and -n must be at least 1")
@@ -54,6 +65,9 @@ func run() error {
 	opt := asynq.RedisClientOpt{Network: *network, Addr: *addr}
 	// A queue of its own per run: nothing left from an earlier run is read.
 	queue := fmt.Sprintf("bench-%d-%d", os.Getpid(), time.Now().UnixNano())
+	if *pending {
+		return pendingMemory(opt, queue, *clients, *n, []byte(*payload), *timeout)
+	}
 
 	sent := make([]atomic.Int64, *n) // unix ns just before Enqueue
 	lat := make([]time.Duration, *n)
@@ -126,4 +140,58 @@ func run() error {
 	fmt.Printf("side=asynq path=enqueue-to-handler clients=%d n=%d rate=%g concurrency=%d secs=%.3f tasks_per_s=%.0f p50_us=%d p99_us=%d\n",
 		*clients, *n, *rate, *concurrency, elapsed.Seconds(), float64(*n)/elapsed.Seconds(), q(0.50), q(0.99))
 	return nil
+}
+
+// pendingMemory enqueues n tasks, clients at a time, with no server
+// running, and prints Redis's used_memory growth per task; then it deletes
+// the queue.
+func pendingMemory(opt asynq.RedisClientOpt, queue string, clients, n int, payload []byte, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	rdb := opt.MakeRedisClient().(redis.UniversalClient)
+	defer rdb.Close()
+	client := asynq.NewClient(opt)
+	defer client.Close()
+	defer func() { _ = asynq.NewInspector(opt).DeleteQueue(queue, true) }()
+	before, err := usedMemory(ctx, rdb)
+	if err != nil {
+		return err
+	}
+	errs := make(chan error, clients)
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			for i := c; i < n; i += clients {
+				if _, err := client.EnqueueContext(ctx, asynq.NewTask("bench", payload), asynq.Queue(queue)); err != nil {
+					errs <- fmt.Errorf("enqueue: %w", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+	}
+	after, err := usedMemory(ctx, rdb)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("side=asynq path=pending n=%d payload_bytes=%d redis_bytes_per_task=%.0f\n", n, len(payload), float64(after-before)/float64(n))
+	return nil
+}
+
+func usedMemory(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+	info, err := rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "used_memory:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, errors.New("INFO memory has no used_memory")
 }

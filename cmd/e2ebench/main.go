@@ -1,0 +1,1198 @@
+// Command e2ebench measures a real adapter end to end (issue 10's honest
+// benchmarks): it starts `adapter serve` as a child process against the
+// Redis given by -redis, each part on a fresh board with its own adapter,
+// posts compute.request entries through blackboard.Store.Post as modules
+// do, and watches what comes back. Each figure is printed next to a
+// baseline measured in the same run, one line of key=value pairs per part:
+//
+//   - part=throughput: -n trivial jobs (/bin/true, through a template)
+//     posted by -posters modules at once; jobs_per_s is -n over the time
+//     from the first post until the last compute.job.finished event says
+//     succeeded. Each job asks for 1/-concurrency of the node's CPUs, so the
+//     adapter runs -concurrency of them at a time; the baseline
+//     (side=forkexec) is os/exec of /bin/true, -concurrency at a time, -n
+//     in all, in this program. Next to them, the CPU each job cost: the
+//     adapter's utime+stime, its waited-for children's (the tasks'
+//     supervisors and, through them, the jobs: /proc/<pid>/stat's cutime
+//     and cstime) and Redis's (INFO cpu), against this program's children's
+//     per fork/exec (getrusage).
+//   - part=latency: -latency-n jobs one at a time. The job is this binary
+//     in stamp mode (`e2ebench stamp <socket>`, a template with fixed
+//     arguments): it sends CLOCK_REALTIME nanoseconds at the start of its
+//     main and right before it exits to a unix datagram socket this program
+//     listens on, named by its COMPUTEBOARD_REQUEST_ID. post→started is
+//     the start stamp minus the time just before Store.Post; exit→succeeded
+//     is the time a blocking XREAD of the events stream returned the job's
+//     compute.job.finished event (status succeeded) minus the exit stamp.
+//     The splits come from the job record (accepted_at, started_at,
+//     finished_at, written by the adapter on the same machine's clock). The
+//     baseline exec→started is the same stamp program started by os/exec
+//     here, one at a time: the time just before os/exec's Run to its
+//     start stamp.
+//   - part=idle and part=pending: a fresh adapter whose node is filled by
+//     one long job (this binary in hold mode, asking for all the node's
+//     CPUs); part=idle samples the adapter's utime+stime (/proc/<pid>/stat)
+//     over -secs with no job pending; then -pending requests asking for one
+//     CPU each (possible on the node, never free) are posted, and once every
+//     one is accepted (P:jobs:active) and -secs of CPU are sampled,
+//     part=pending reports that CPU, and the growth (from before the
+//     requests to after the sample) of Redis's used_memory, of the
+//     adapter's VmRSS (/proc/<pid>/status) and of its Go heap
+//     (go_memstats_heap_alloc_bytes on /metrics) per pending job; a 10 s
+//     sample may or may not hold one of the scheduler's 30 s rescans of
+//     the active records (-secs 30 always holds one);
+//     part=pending-redis shows where Redis's bytes went (MEMORY USAGE of the
+//     board's keys, grouped by kind, per pending job). Its Redis baseline is
+//     asynq's bytes per pending task (bench/peers/asynq -pending), run by
+//     scripts/bench.sh on the same Redis.
+//
+// -adapter names the adapter binary (go build -o DIR/adapter ./cmd/adapter;
+// a cb-supervisor binary it runs tasks under, where the build has one, goes
+// in the same directory).
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/internal/clock"
+	"github.com/computeboard/computeboard/jobs"
+	"github.com/computeboard/computeboard/wire"
+)
+
+func main() {
+	// A job of the latency and pending parts is this binary in stamp or
+	// hold mode: nothing may run before the start stamp.
+	if len(os.Args) > 1 && (os.Args[1] == stampMode || os.Args[1] == holdMode) {
+		os.Exit(stampMain(os.Args[1:]))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2ebench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	adapter       string
+	addr, network string
+	n, posters    int
+	concurrency   int
+	latencyN      int
+	pending       int
+	secs          float64
+	parts         map[string]bool
+	interval      time.Duration
+	timeout       time.Duration
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	var o options
+	fs := flag.NewFlagSet("e2ebench", flag.ContinueOnError)
+	fs.StringVar(&o.adapter, "adapter", "", "the adapter binary (required)")
+	fs.StringVar(&o.addr, "redis", "127.0.0.1:6379", "Redis address (host:port, or a socket path with -network unix)")
+	fs.StringVar(&o.network, "network", "tcp", "tcp or unix")
+	fs.IntVar(&o.n, "n", 2000, "trivial jobs of the throughput part (and fork/execs of its baseline)")
+	fs.IntVar(&o.posters, "posters", 4, "concurrent posters, each its own module")
+	fs.IntVar(&o.concurrency, "concurrency", 8, "jobs the node runs at once (each asks for 1/concurrency of its CPUs), and fork/execs at once in the baseline")
+	fs.IntVar(&o.latencyN, "latency-n", 200, "jobs of the latency part, one at a time")
+	fs.IntVar(&o.pending, "pending", 10000, "unplaceable pending jobs of the pending part")
+	fs.Float64Var(&o.secs, "secs", 10, "seconds of each CPU sample (idle, pending)")
+	parts := fs.String("parts", "throughput,latency,pending", "parts to run, comma-separated")
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
+	fs.DurationVar(&o.interval, "scheduler-interval", 0, "the adapters' scheduler.interval (0: the adapter's default)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.adapter == "" {
+		return errors.New("-adapter is required (go build -o DIR/adapter ./cmd/adapter)")
+	}
+	if o.n < 1 || o.posters < 1 || o.concurrency < 1 || o.latencyN < 1 || o.pending < 1 || o.secs <= 0 {
+		return errors.New("-n, -posters, -concurrency, -latency-n, -pending and -secs must be positive")
+	}
+	o.parts = map[string]bool{}
+	for p := range strings.SplitSeq(*parts, ",") {
+		switch p = strings.TrimSpace(p); p {
+		case "throughput", "latency", "pending":
+			o.parts[p] = true
+		case "":
+		default:
+			return fmt.Errorf("-parts: unknown part %q (throughput, latency, pending)", p)
+		}
+	}
+	if abs, err := filepath.Abs(o.adapter); err == nil {
+		o.adapter = abs
+	}
+	rdb := redis.NewClient(&redis.Options{Network: o.network, Addr: o.addr, PoolSize: 32})
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis %s: %w", o.addr, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+
+	b, err := newBench(o, rdb)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	g, gctx := errgroup.WithContext(ctx)
+	runCtx, stopRun := context.WithCancel(gctx)
+	g.Go(func() error { return b.stamps.run(runCtx) })
+	g.Go(func() error {
+		defer stopRun()
+		if o.parts["throughput"] {
+			if err := b.throughput(gctx, stdout); err != nil {
+				return fmt.Errorf("throughput: %w", err)
+			}
+		}
+		if o.parts["latency"] {
+			if err := b.latency(gctx, stdout); err != nil {
+				return fmt.Errorf("latency: %w", err)
+			}
+		}
+		if o.parts["pending"] {
+			if err := b.pending(gctx, stdout); err != nil {
+				return fmt.Errorf("pending: %w", err)
+			}
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+// bench holds what the parts share: the Redis client, a private directory
+// (the stamp socket, the stamp program, adapter configs, logs and job
+// output) and the stamp listener.
+type bench struct {
+	o      options
+	rdb    *redis.Client
+	dir    string // world-readable: jobs run as "nobody" when this runs as root
+	stamp  string // this program, copied into dir, world-executable
+	stamps *stampListener
+}
+
+func newBench(o options, rdb *redis.Client) (*bench, error) {
+	dir, err := os.MkdirTemp("", "e2eb")
+	if err != nil {
+		return nil, err
+	}
+	b := &bench{o: o, rdb: rdb, dir: dir, stamp: filepath.Join(dir, "e2ebench")}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		b.close()
+		return nil, err
+	}
+	if err := copyExecutable(b.stamp); err != nil {
+		b.close()
+		return nil, fmt.Errorf("copy this program for the stamp jobs: %w", err)
+	}
+	if b.stamps, err = listenStamps(filepath.Join(dir, "stamp.sock")); err != nil {
+		b.close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *bench) close() {
+	if b.stamps != nil {
+		b.stamps.close()
+	}
+	_ = os.RemoveAll(b.dir)
+}
+
+// copyExecutable copies this program to dst, mode 0755: the test binary
+// and the go build cache are not always readable by the jobs' user.
+func copyExecutable(dst string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	in, err := os.Open(self)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// newBoard returns a fresh board name and a store that posts to it as
+// modules do. The store's capacity is the adapter's default.
+func (b *bench) newBoard(part string) (string, *blackboard.Store, error) {
+	board := fmt.Sprintf("e2ebench-%s-%d-%d", part, os.Getpid(), time.Now().UnixNano())
+	store, err := blackboard.New(b.rdb, blackboard.Config{Namespace: board, MaxEntries: 100000, Clock: clock.Real{},
+		Logger: slog.New(slog.DiscardHandler)})
+	return board, store, err
+}
+
+// cpuPerJob is the CPU share that lets the node (all of this machine's
+// CPUs) run concurrency jobs at once, in thousandths of a core.
+func (b *bench) cpuPerJob() float64 {
+	return math.Max(wire.MinCPUCores, math.Floor(float64(runtime.NumCPU())*1000/float64(b.o.concurrency))/1000)
+}
+
+// jobMemoryGB is each job's memory request: small enough that memory never
+// limits how many run, large enough for the stamp program under a cgroup
+// memory limit.
+const jobMemoryGB = 0.0625
+
+func requestData(template string, cpu float64) []byte {
+	d, _ := json.Marshal(map[string]any{"template": template,
+		"resource_requirements": map[string]any{"cpu_cores": cpu, "memory": jobMemoryGB}})
+	return d
+}
+
+// ---- part=throughput ----
+
+func (b *bench) throughput(ctx context.Context, stdout io.Writer) error {
+	c0, err := childrenCPU()
+	if err != nil {
+		return err
+	}
+	base, err := forkExecRate(ctx, b.o.n, b.o.concurrency)
+	if err != nil {
+		return fmt.Errorf("fork/exec baseline: %w", err)
+	}
+	c1, err := childrenCPU()
+	if err != nil {
+		return err
+	}
+	forkPerS := float64(b.o.n) / base.Seconds()
+	perJob := func(d time.Duration) float64 { return d.Seconds() * 1000 / float64(b.o.n) }
+	fmt.Fprintf(stdout, "side=forkexec part=throughput n=%d concurrency=%d secs=%.3f per_s=%.0f children_cpu_ms_per_exec=%.3f\n",
+		b.o.n, b.o.concurrency, base.Seconds(), forkPerS, perJob(c1-c0))
+
+	board, store, err := b.newBoard("throughput")
+	if err != nil {
+		return err
+	}
+	defer cleanup(b.rdb, store.Keys())
+	ad, err := b.startAdapter(ctx, "throughput", board, 0)
+	if err != nil {
+		return err
+	}
+	defer ad.stop()
+
+	fin, werr, stopWatch := startWatch(ctx, store, b.o.n+16)
+	defer stopWatch()
+
+	data := requestData("true", b.cpuPerJob())
+	cpu0, err := b.cpuUse(ctx, ad.pid)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	g, gctx := errgroup.WithContext(ctx)
+	for c := range b.o.posters {
+		g.Go(func() error {
+			for i := c; i < b.o.n; i += b.o.posters {
+				if _, err := store.Post(gctx, blackboard.NewEntry(blackboard.RequestTopic, fmt.Sprint("poster", c), data)); err != nil {
+					return fmt.Errorf("post: %w", err)
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	var end time.Time
+	for done := 0; done < b.o.n; done++ {
+		select {
+		case ev := <-fin:
+			if ev.Status != wire.JobSucceeded {
+				return fmt.Errorf("job %s ended %s (%s %s); adapter log: %s", ev.JobID, ev.Status, ev.ReasonCode, ev.ErrorCode, ad.logTail())
+			}
+			end = ev.observed
+		case err := <-werr:
+			return fmt.Errorf("watching compute.job.finished: %w", err)
+		case <-ad.exited:
+			return fmt.Errorf("%d of %d jobs done: %w", done, b.o.n, ad.exitError())
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d jobs done: %w", done, b.o.n, ctx.Err())
+		}
+	}
+	took := end.Sub(start)
+	cpu1, err := b.cpuUse(ctx, ad.pid)
+	if err != nil {
+		return err
+	}
+	perS := float64(b.o.n) / took.Seconds()
+	fmt.Fprintf(stdout, "side=computeboard part=throughput n=%d posters=%d concurrency=%d cpu_per_job=%g secs=%.3f jobs_per_s=%.0f forkexec_per_s=%.0f ratio=%.3f"+
+		" adapter_cpu_ms_per_job=%.3f children_cpu_ms_per_job=%.3f redis_cpu_ms_per_job=%.3f forkexec_children_cpu_ms_per_exec=%.3f\n",
+		b.o.n, b.o.posters, b.o.concurrency, b.cpuPerJob(), took.Seconds(), perS, forkPerS, perS/forkPerS,
+		perJob(cpu1.adapter-cpu0.adapter), perJob(cpu1.children-cpu0.children), perJob(cpu1.redis-cpu0.redis), perJob(c1-c0))
+	return nil
+}
+
+// cpuUse is what the adapter, its reaped children (the tasks' supervisors
+// and, through them, the jobs) and the Redis server have used so far.
+type cpuUse struct{ adapter, children, redis time.Duration }
+
+func (b *bench) cpuUse(ctx context.Context, pid int) (cpuUse, error) {
+	t, err := procTimes(pid)
+	if err != nil {
+		return cpuUse{}, err
+	}
+	u := cpuUse{adapter: ticks(t[0] + t[1]), children: ticks(t[2] + t[3])}
+	info, err := b.rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return u, err
+	}
+	for l := range strings.SplitSeq(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(l), ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return u, fmt.Errorf("INFO cpu %s: %w", k, err)
+			}
+			u.redis += time.Duration(f * float64(time.Second))
+		}
+	}
+	return u, nil
+}
+
+// childrenCPU is the CPU time of this program's waited-for children.
+func childrenCPU() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
+		return 0, err
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+}
+
+// forkExecRate runs /bin/true n times, concurrency at a time, and returns
+// how long it took.
+func forkExecRate(ctx context.Context, n, concurrency int) (time.Duration, error) {
+	var next atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	start := time.Now()
+	for range concurrency {
+		g.Go(func() error {
+			for next.Add(1) <= int64(n) {
+				if err := exec.CommandContext(gctx, "/bin/true").Run(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	return time.Since(start), err
+}
+
+// finishEvent is a compute.job.finished event and when this program read it.
+type finishEvent struct {
+	jobs.JobFinishedEvent
+	observed time.Time
+}
+
+// startWatch runs watchFinished until stop is called, which waits for it
+// to end. The watcher's error comes on werr.
+func startWatch(ctx context.Context, store *blackboard.Store, buf int) (fin <-chan finishEvent, werr <-chan error, stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	out := make(chan finishEvent, buf)
+	errc := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		errc <- watchFinished(ctx, store, out)
+	}()
+	return out, errc, func() { cancel(); <-done }
+}
+
+// watchFinished sends every compute.job.finished event of the board to
+// out, stamped with the time the blocking XREAD that brought it returned
+// (so the observation is not on a poll tick). It starts at the board's
+// first event: each part has a fresh board.
+func watchFinished(ctx context.Context, store *blackboard.Store, out chan<- finishEvent) error {
+	cursor := "0"
+	for {
+		evs, next, err := store.Events(ctx, cursor, jobs.EventJobFinished, 1000, time.Second)
+		now := time.Now()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			return err
+		}
+		cursor = next
+		for _, ev := range evs {
+			f := finishEvent{observed: now}
+			if err := json.Unmarshal(ev.Payload, &f.JobFinishedEvent); err != nil {
+				return fmt.Errorf("event %s: %w", ev.StreamID, err)
+			}
+			select {
+			case out <- f:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+// ---- part=latency ----
+
+func (b *bench) latency(ctx context.Context, stdout io.Writer) error {
+	n := b.o.latencyN
+	// The baseline: the stamp program, started here one at a time.
+	base := make([]time.Duration, n)
+	for i := range base {
+		id := blackboard.NewID()
+		cmd := exec.CommandContext(ctx, b.stamp, stampMode, b.stamps.path)
+		cmd.Env = []string{"COMPUTEBOARD_REQUEST_ID=" + id}
+		t0 := time.Now().UnixNano()
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("stamp baseline: %w", err)
+		}
+		st, err := b.stamps.wait(ctx, id, true)
+		if err != nil {
+			return fmt.Errorf("stamp baseline: %w", err)
+		}
+		base[i] = time.Duration(st.start - t0)
+	}
+	slices.Sort(base)
+	fmt.Fprintf(stdout, "side=forkexec part=latency n=%d exec_to_started_p50_us=%d exec_to_started_p99_us=%d\n",
+		n, quantile(base, 0.50).Microseconds(), quantile(base, 0.99).Microseconds())
+
+	board, store, err := b.newBoard("latency")
+	if err != nil {
+		return err
+	}
+	defer cleanup(b.rdb, store.Keys())
+	ad, err := b.startAdapter(ctx, "latency", board, 0)
+	if err != nil {
+		return err
+	}
+	defer ad.stop()
+	fin, werr, stopWatch := startWatch(ctx, store, 16)
+	defer stopWatch()
+
+	var postToStarted, exitToSucceeded, postToAccepted, acceptedToRunning, runningToStarted, exitToRecorded, recordedToObserved []time.Duration
+	data := requestData("stamp", b.cpuPerJob())
+	for range n {
+		e := blackboard.NewEntry(blackboard.RequestTopic, "latency", data)
+		e.ID = blackboard.NewID()
+		jobID := wire.JobID(e.ID)
+		posted := time.Now()
+		if _, err := store.Post(ctx, e); err != nil {
+			return fmt.Errorf("post: %w", err)
+		}
+		var ev finishEvent
+		for ev.JobID != jobID {
+			select {
+			case ev = <-fin:
+			case err := <-werr:
+				return fmt.Errorf("watching compute.job.finished: %w", err)
+			case <-ad.exited:
+				return ad.exitError()
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if ev.Status != wire.JobSucceeded {
+			return fmt.Errorf("job %s ended %s (%s %s); adapter log: %s", ev.JobID, ev.Status, ev.ReasonCode, ev.ErrorCode, ad.logTail())
+		}
+		st, err := b.stamps.wait(ctx, e.ID, true)
+		if err != nil {
+			return err
+		}
+		rec, err := b.rdb.HMGet(ctx, store.Keys().Job(jobID), "accepted_at", "started_at", "finished_at").Result()
+		if err != nil {
+			return fmt.Errorf("job record %s: %w", jobID, err)
+		}
+		accepted, started, finished := epochNS(rec[0]), epochNS(rec[1]), epochNS(rec[2])
+		if accepted == 0 || started == 0 || finished == 0 {
+			return fmt.Errorf("job record %s lacks accepted_at, started_at or finished_at: %v", jobID, rec)
+		}
+		p := posted.UnixNano()
+		postToStarted = append(postToStarted, time.Duration(st.start-p))
+		exitToSucceeded = append(exitToSucceeded, time.Duration(ev.observed.UnixNano()-st.exit))
+		postToAccepted = append(postToAccepted, time.Duration(accepted-p))
+		acceptedToRunning = append(acceptedToRunning, time.Duration(started-accepted))
+		runningToStarted = append(runningToStarted, time.Duration(st.start-started))
+		exitToRecorded = append(exitToRecorded, time.Duration(finished-st.exit))
+		recordedToObserved = append(recordedToObserved, time.Duration(ev.observed.UnixNano()-finished))
+	}
+	for _, d := range [][]time.Duration{postToStarted, exitToSucceeded, postToAccepted, acceptedToRunning, runningToStarted, exitToRecorded, recordedToObserved} {
+		slices.Sort(d)
+	}
+	us := func(d []time.Duration, q float64) int64 { return quantile(d, q).Microseconds() }
+	fmt.Fprintf(stdout, "side=computeboard part=latency n=%d post_to_started_p50_us=%d post_to_started_p99_us=%d exit_to_succeeded_p50_us=%d exit_to_succeeded_p99_us=%d forkexec_exec_to_started_p50_us=%d forkexec_exec_to_started_p99_us=%d"+
+		" post_to_accepted_p50_us=%d accepted_to_running_p50_us=%d running_to_started_p50_us=%d exit_to_recorded_p50_us=%d recorded_to_observed_p50_us=%d\n",
+		n, us(postToStarted, 0.5), us(postToStarted, 0.99), us(exitToSucceeded, 0.5), us(exitToSucceeded, 0.99),
+		us(base, 0.5), us(base, 0.99),
+		us(postToAccepted, 0.5), us(acceptedToRunning, 0.5), us(runningToStarted, 0.5), us(exitToRecorded, 0.5), us(recordedToObserved, 0.5))
+	return nil
+}
+
+// epochNS reads a record's epoch-seconds field as Unix nanoseconds (0 if
+// absent or malformed).
+func epochNS(v any) int64 {
+	s, _ := v.(string)
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0
+	}
+	return int64(math.Round(f * 1e9))
+}
+
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[int(q*float64(len(sorted)-1))]
+}
+
+// ---- part=idle and part=pending ----
+
+func (b *bench) pending(ctx context.Context, stdout io.Writer) error {
+	board, store, err := b.newBoard("pending")
+	if err != nil {
+		return err
+	}
+	defer cleanup(b.rdb, store.Keys())
+	ad, err := b.startAdapter(ctx, "pending", board, b.o.pending+1000)
+	if err != nil {
+		return err
+	}
+	defer ad.stop()
+
+	// Fill the node: one job holding all its CPUs, until it is killed
+	// below (or, should this program die, for no longer than -timeout).
+	cpus := float64(runtime.NumCPU())
+	hold := blackboard.NewEntry(blackboard.RequestTopic, "filler", requestData("hold", cpus))
+	hold.ID = blackboard.NewID()
+	if _, err := store.Post(ctx, hold); err != nil {
+		return fmt.Errorf("post the filler: %w", err)
+	}
+	st, err := b.stamps.wait(ctx, hold.ID, false)
+	if err != nil {
+		return fmt.Errorf("the filler did not start: %w; adapter log: %s", err, ad.logTail())
+	}
+	// Stop the adapter first (so the pending jobs never start), then the
+	// filler, which this program started through it.
+	defer func() {
+		ad.stop()
+		if st.pid > 0 && syscall.Kill(st.pid, syscall.SIGKILL) == nil {
+			// Until its supervisor has reaped it and so is done with the
+			// task directory, which close removes.
+			for range 250 {
+				if _, err := os.Stat(fmt.Sprintf("/proc/%d", st.pid)); err != nil {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}()
+	active := func() (int64, error) { return b.rdb.ZCard(ctx, store.Keys().JobsActive()).Result() }
+	if err := sleep(ctx, time.Second); err != nil {
+		return err
+	}
+
+	idle, err := cpuPercent(ctx, ad.pid, b.o.secs)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "side=computeboard part=idle pending=0 secs=%g cpu_pct=%.2f\n", b.o.secs, idle)
+	mem0, err := b.measureMemory(ctx, ad)
+	if err != nil {
+		return err
+	}
+
+	data := requestData("true", 1)
+	g, gctx := errgroup.WithContext(ctx)
+	for c := range b.o.posters {
+		g.Go(func() error {
+			for i := c; i < b.o.pending; i += b.o.posters {
+				if _, err := store.Post(gctx, blackboard.NewEntry(blackboard.RequestTopic, fmt.Sprint("poster", c), data)); err != nil {
+					return fmt.Errorf("post: %w", err)
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	want := int64(b.o.pending) + 1 // and the filler
+	for {
+		n, err := active()
+		if err != nil {
+			return err
+		}
+		if n == want {
+			break
+		}
+		select {
+		case <-ad.exited:
+			return fmt.Errorf("%d of %d jobs accepted: %w", n-1, b.o.pending, ad.exitError())
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d jobs accepted: %w", n-1, b.o.pending, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err := sleep(ctx, time.Second); err != nil {
+		return err
+	}
+	busy, err := cpuPercent(ctx, ad.pid, b.o.secs)
+	if err != nil {
+		return err
+	}
+	mem1, err := b.measureMemory(ctx, ad)
+	if err != nil {
+		return err
+	}
+	if n, err := active(); err != nil || n != want {
+		return fmt.Errorf("after the sample: %d jobs active, want %d (%v)", n, want, err)
+	}
+	per := func(a, b int64) float64 { return float64(b-a) / float64(want-1) }
+	fmt.Fprintf(stdout, "side=computeboard part=pending pending=%d secs=%g cpu_pct=%.2f idle_cpu_pct=%.2f redis_bytes_per_job=%.0f rss_bytes_per_job=%.0f heap_bytes_per_job=%.0f\n",
+		b.o.pending, b.o.secs, busy, idle, per(mem0.redis, mem1.redis), per(mem0.rss, mem1.rss), per(mem0.heap, mem1.heap))
+	kinds, err := keyKinds(ctx, b.rdb, store.Keys())
+	if err != nil {
+		return err
+	}
+	var sb strings.Builder
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range kinds {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		fmt.Fprintf(&sb, " %s=%.0f", k, float64(kinds[k])/float64(want-1))
+	}
+	fmt.Fprintf(stdout, "side=computeboard part=pending-redis pending=%d bytes_per_job_by_key:%s\n", b.o.pending, sb.String())
+	return nil
+}
+
+type memory struct{ redis, rss, heap int64 }
+
+func (b *bench) measureMemory(ctx context.Context, ad *adapterProc) (memory, error) {
+	var m memory
+	var err error
+	if m.redis, err = usedMemory(ctx, b.rdb); err != nil {
+		return m, err
+	}
+	if m.rss, err = vmRSS(ad.pid); err != nil {
+		return m, err
+	}
+	m.heap, err = ad.heapAlloc(ctx)
+	return m, err
+}
+
+func usedMemory(ctx context.Context, rdb *redis.Client) (int64, error) {
+	info, err := rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		return 0, err
+	}
+	for l := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "used_memory:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, errors.New("INFO memory has no used_memory")
+}
+
+// vmRSS is the resident set of process pid, in bytes.
+func vmRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for l := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status has no VmRSS", pid)
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on
+// every Linux architecture Go runs on.
+const clockTicks = 100
+
+func ticks(t int64) time.Duration { return time.Duration(t) * time.Second / clockTicks }
+
+// procTimes is process pid's utime, stime (all its threads), cutime and
+// cstime (its waited-for children), in clock ticks.
+func procTimes(pid int) ([4]int64, error) {
+	var t [4]int64
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return t, err
+	}
+	// The command name may hold spaces: fields count from after its ")",
+	// the first being field 3 (state); utime is field 14.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 15 {
+		return t, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	for i := range t {
+		if t[i], err = strconv.ParseInt(f[11+i], 10, 64); err != nil {
+			return t, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+	}
+	return t, nil
+}
+
+// cpuPercent samples process pid's CPU time over secs seconds, as a
+// percentage of one core.
+func cpuPercent(ctx context.Context, pid int, secs float64) (float64, error) {
+	t0, err := procTimes(pid)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if err := sleep(ctx, time.Duration(secs*float64(time.Second))); err != nil {
+		return 0, err
+	}
+	t1, err := procTimes(pid)
+	if err != nil {
+		return 0, err
+	}
+	used := ticks(t1[0] + t1[1] - t0[0] - t0[1])
+	return 100 * used.Seconds() / time.Since(start).Seconds(), nil
+}
+
+// keyKinds sums MEMORY USAGE of the board's keys by kind: the key's name
+// after the board's prefix, up to its first id (entry, job, jobs:idem,
+// inbox:compute:m, events, topic:compute.request, …).
+func keyKinds(ctx context.Context, rdb *redis.Client, k blackboard.Keys) (map[string]int64, error) {
+	out := map[string]int64{}
+	iter := rdb.Scan(ctx, 0, k.Prefix()+":*", 1000).Iterator()
+	var batch []string
+	flush := func() error {
+		pipe := rdb.Pipeline()
+		cmds := make([]*redis.IntCmd, len(batch))
+		for i, key := range batch {
+			cmds[i] = pipe.MemoryUsage(ctx, key)
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		for i, key := range batch {
+			out[keyKind(strings.TrimPrefix(key, k.Prefix()+":"))] += cmds[i].Val()
+		}
+		batch = batch[:0]
+		return nil
+	}
+	for iter.Next(ctx) {
+		if batch = append(batch, iter.Val()); len(batch) == 1000 {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return nil, err
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// keyKind names a key (without the board's prefix) by its kind: entry
+// (the entries' HASHes: requests and compute.job entries), job (records),
+// jobs:idem, jobs:active, events, all, prio, source, topic:<topic>, inbox
+// (intake lanes and their registry), or other.
+func keyKind(rest string) string {
+	for _, p := range []string{"entry:", "job:", "jobs:idem", "jobs:active", "events", "all", "prio:", "source:", "inbox:"} {
+		if strings.HasPrefix(rest, p) {
+			return strings.TrimSuffix(p, ":")
+		}
+	}
+	if strings.HasPrefix(rest, "topic:") {
+		return rest
+	}
+	return "other"
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// cleanup deletes a board: every key under its prefix.
+func cleanup(rdb *redis.Client, k blackboard.Keys) {
+	ctx := context.Background()
+	iter := rdb.Scan(ctx, 0, k.Prefix()+"*", 1000).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		if batch = append(batch, iter.Val()); len(batch) == 1000 {
+			rdb.Unlink(ctx, batch...)
+			batch = batch[:0]
+		}
+	}
+	if len(batch) > 0 {
+		rdb.Unlink(ctx, batch...)
+	}
+}
+
+// ---- the adapter ----
+
+// adapterProc is one `adapter serve` child process.
+type adapterProc struct {
+	cmd    *exec.Cmd
+	pid    int
+	url    string        // its HTTP API
+	log    string        // its stderr
+	exited chan struct{} // closed once it has exited
+	err    error         // how it exited; written before exited is closed
+	once   sync.Once
+}
+
+// nodeName is the node every adapter of the benchmark serves (each on its
+// own board).
+const nodeName = "e2ebench"
+
+// startAdapter writes a config for board and starts an adapter serving
+// this machine as one node, and waits until it is the scheduler and its
+// node is registered. maxPending 0 keeps the default.
+func (b *bench) startAdapter(ctx context.Context, part, board string, maxPending int) (*adapterProc, error) {
+	dir := filepath.Join(b.dir, part)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, err
+	}
+	redisURL := "redis://" + b.o.addr
+	if b.o.network == "unix" {
+		redisURL = "unix://" + b.o.addr
+	}
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, "board: %q\nredis: %q\nlisten: 127.0.0.1:0\nwork_dir: %q\n", board, redisURL, filepath.Join(dir, "jobs"))
+	fmt.Fprintf(&cfg, "node:\n  name: %s\n  cpu_cores: %d\n", nodeName, runtime.NumCPU())
+	fmt.Fprintf(&cfg, "templates:\n")
+	fmt.Fprintf(&cfg, "  \"true\": {command: [/bin/true]}\n")
+	fmt.Fprintf(&cfg, "  stamp: {command: [%q, %s, %q]}\n", b.stamp, stampMode, b.stamps.path)
+	fmt.Fprintf(&cfg, "  hold: {command: [%q, %s, %q, %q]}\n", b.stamp, holdMode, b.stamps.path, strconv.Itoa(int(b.o.timeout.Seconds())))
+	// The per-module admission limits are off (as in cmd/cbbench): with
+	// them one fast poster is refused (rate_limited, inbox_full), and the
+	// run measures the limiter, not the path.
+	fmt.Fprintf(&cfg, "broker:\n  module_rate: -1\n  module_max_waiting: -1\n")
+	fmt.Fprintf(&cfg, "scheduler:\n")
+	if maxPending > 0 {
+		fmt.Fprintf(&cfg, "  max_pending: %d\n", maxPending)
+	}
+	if b.o.interval > 0 {
+		fmt.Fprintf(&cfg, "  interval: %s\n", b.o.interval)
+	}
+	cfgPath := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o644); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(dir, "adapter.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(b.o.adapter, "serve", "--config", cfgPath, "--log-level", "warn")
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	ad := &adapterProc{cmd: cmd, pid: cmd.Process.Pid, log: logPath, exited: make(chan struct{})}
+	urls := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if _, rest, ok := strings.Cut(sc.Text(), "HTTP API on "); ok {
+				select {
+				case urls <- strings.Fields(rest)[0]:
+				default:
+				}
+			}
+		}
+		ad.err = cmd.Wait()
+		close(ad.exited)
+	}()
+	ready := func() error {
+		select {
+		case ad.url = <-urls:
+		case <-ad.exited:
+			return ad.exitError()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		for {
+			if ad.registered(ctx) {
+				return nil
+			}
+			select {
+			case <-ad.exited:
+				return ad.exitError()
+			case <-ctx.Done():
+				return fmt.Errorf("adapter not ready: %w; log: %s", ctx.Err(), ad.logTail())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	if err := ready(); err != nil {
+		ad.stop()
+		return nil, err
+	}
+	return ad, nil
+}
+
+// registered reports whether the adapter is the scheduler and sees its
+// node.
+func (ad *adapterProc) registered(ctx context.Context) bool {
+	body, err := ad.get(ctx, "/api/v1/nodes")
+	return err == nil && strings.Contains(body, `"`+nodeName+`"`)
+}
+
+func (ad *adapterProc) get(ctx context.Context, path string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", ad.url+path, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return string(body), err
+}
+
+// heapAlloc reads go_memstats_heap_alloc_bytes from the adapter's /metrics.
+func (ad *adapterProc) heapAlloc(ctx context.Context) (int64, error) {
+	body, err := ad.get(ctx, "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	for l := range strings.SplitSeq(body, "\n") {
+		if v, ok := strings.CutPrefix(l, "go_memstats_heap_alloc_bytes "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return int64(f), err
+		}
+	}
+	return 0, errors.New("/metrics has no go_memstats_heap_alloc_bytes")
+}
+
+// stop ends the adapter: SIGTERM, then SIGKILL after 30 s.
+func (ad *adapterProc) stop() {
+	ad.once.Do(func() {
+		_ = ad.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-ad.exited:
+		case <-time.After(30 * time.Second):
+			_ = ad.cmd.Process.Kill()
+			<-ad.exited
+		}
+	})
+}
+
+// exitError says that the adapter exited, how, and what it logged last.
+func (ad *adapterProc) exitError() error {
+	return fmt.Errorf("adapter exited (%v); log: %s", ad.err, ad.logTail())
+}
+
+// logTail is the end of the adapter's log, for error messages.
+func (ad *adapterProc) logTail() string {
+	b, _ := os.ReadFile(ad.log)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// ---- stamps ----
+
+const (
+	stampMode = "stamp" // e2ebench stamp <socket>: start and exit stamps
+	holdMode  = "hold"  // e2ebench hold <socket> <secs>: a start stamp, then sleep
+)
+
+// stampMain is the job side: it sends "S <request id> <unix ns> <pid>" as
+// the first thing it does and, in stamp mode, "E <request id> <unix ns>"
+// right before it exits. The request id is COMPUTEBOARD_REQUEST_ID, which
+// the adapter sets for every job.
+func stampMain(args []string) int {
+	start := time.Now().UnixNano()
+	if len(args) < 2 || (args[0] == holdMode && len(args) != 3) {
+		fmt.Fprintln(os.Stderr, "usage: e2ebench stamp <socket> | e2ebench hold <socket> <secs>")
+		return 2
+	}
+	c, err := net.Dial("unixgram", args[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2ebench stamp:", err)
+		return 1
+	}
+	defer c.Close()
+	id := os.Getenv("COMPUTEBOARD_REQUEST_ID")
+	if _, err := fmt.Fprintf(c, "S %s %d %d", id, start, os.Getpid()); err != nil {
+		fmt.Fprintln(os.Stderr, "e2ebench stamp:", err)
+		return 1
+	}
+	if args[0] == holdMode {
+		secs, _ := strconv.Atoi(args[2])
+		time.Sleep(time.Duration(secs) * time.Second)
+		return 0
+	}
+	if _, err := fmt.Fprintf(c, "E %s %d", id, time.Now().UnixNano()); err != nil {
+		fmt.Fprintln(os.Stderr, "e2ebench stamp:", err)
+		return 1
+	}
+	return 0
+}
+
+// stamp is what one job sent.
+type stamp struct {
+	start, exit int64 // unix ns; 0 until received
+	pid         int
+}
+
+// stampListener receives the jobs' stamps on a unix datagram socket that
+// any user may write to (the jobs may run as another user).
+type stampListener struct {
+	path string
+	conn *net.UnixConn
+
+	mu    sync.Mutex
+	got   map[string]*stamp // by request id; guarded by mu
+	wake  chan struct{}     // capacity 1: a stamp arrived
+	cerr  error             // the read loop's end; guarded by mu
+	close func()
+}
+
+func listenStamps(path string) (*stampListener, error) {
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o777); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	_ = conn.SetReadBuffer(1 << 20)
+	l := &stampListener{path: path, conn: conn, got: map[string]*stamp{}, wake: make(chan struct{}, 1)}
+	l.close = sync.OnceFunc(func() { conn.Close() })
+	return l, nil
+}
+
+// run reads stamps until ctx is done.
+func (l *stampListener) run(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, l.close)
+	defer stop()
+	buf := make([]byte, 512)
+	for {
+		n, err := l.conn.Read(buf)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			l.mu.Lock()
+			l.cerr = err
+			l.mu.Unlock()
+			l.notify()
+			return fmt.Errorf("stamp socket: %w", err)
+		}
+		f := strings.Fields(string(buf[:n]))
+		if len(f) < 3 {
+			continue
+		}
+		ns, _ := strconv.ParseInt(f[2], 10, 64)
+		l.mu.Lock()
+		s := l.got[f[1]]
+		if s == nil {
+			s = &stamp{}
+			l.got[f[1]] = s
+		}
+		switch f[0] {
+		case "S":
+			s.start = ns
+			if len(f) > 3 {
+				s.pid, _ = strconv.Atoi(f[3])
+			}
+		case "E":
+			s.exit = ns
+		}
+		l.mu.Unlock()
+		l.notify()
+	}
+}
+
+func (l *stampListener) notify() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// wait returns request id's stamps once its start stamp (and, with exit,
+// its exit stamp) arrived, and forgets them. It gives up after a minute.
+func (l *stampListener) wait(ctx context.Context, id string, exit bool) (stamp, error) {
+	timeout := time.After(time.Minute)
+	for {
+		l.mu.Lock()
+		s, cerr := l.got[id], l.cerr
+		if s != nil && s.start != 0 && (!exit || s.exit != 0) {
+			delete(l.got, id)
+			l.mu.Unlock()
+			return *s, nil
+		}
+		l.mu.Unlock()
+		if cerr != nil {
+			return stamp{}, cerr
+		}
+		select {
+		case <-l.wake: // one waiter at a time: the parts wait in turn
+		case <-timeout:
+			return stamp{}, fmt.Errorf("no stamp from request %s after a minute", id)
+		case <-ctx.Done():
+			return stamp{}, ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/computeboard/computeboard/internal/redistest"
+)
+
+func TestMain(m *testing.M) {
+	// The latency and pending parts run this test binary as their jobs.
+	// It ends with syscall.Exit, not os.Exit: built with -race, os.Exit
+	// sleeps a second first (GORACE's atexit_sleep_ms), after the exit stamp.
+	if len(os.Args) > 1 && (os.Args[1] == stampMode || os.Args[1] == holdMode) {
+		syscall.Exit(stampMain(os.Args[1:]))
+	}
+	redistest.Main(m)
+}
+
+// TestRun runs every part small against a real adapter (built here) and a
+// real redis-server, and checks that each prints its line: every job
+// succeeded, stamped its start and exit, and the pending jobs were all
+// accepted (run fails otherwise). It asserts nothing about the figures.
+func TestRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a real adapter, which runs real processes: not with -short")
+	}
+	start := time.Now()
+	bin := buildAdapter(t)
+	t.Logf("adapter built in %v", time.Since(start).Round(time.Millisecond))
+	sock := redistest.Shared(t).SocketPath()
+	var out strings.Builder
+	args := []string{"-adapter", bin, "-network", "unix", "-redis", sock,
+		"-n", "20", "-posters", "2", "-concurrency", "4", "-latency-n", "5", "-pending", "100", "-secs", "0.5"}
+	err := run(t.Context(), args, &out)
+	t.Logf("output:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"side=forkexec part=throughput n=20 concurrency=4 ",
+		"side=computeboard part=throughput n=20 posters=2 concurrency=4 ",
+		"side=forkexec part=latency n=5 ",
+		"side=computeboard part=latency n=5 ",
+		"side=computeboard part=idle pending=0 ",
+		"side=computeboard part=pending pending=100 ",
+		"side=computeboard part=pending-redis pending=100 ",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output %q lacks %q", out.String(), want)
+		}
+	}
+}
+
+// buildAdapter builds cmd/adapter, and cmd/cb-supervisor where the
+// repository has it (the adapter finds it next to itself), into a
+// temporary directory.
+func buildAdapter(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	dir := t.TempDir()
+	pkgs := []string{"adapter"}
+	if _, err := os.Stat(filepath.Join(root, "cmd", "cb-supervisor")); err == nil {
+		pkgs = append(pkgs, "cb-supervisor")
+	}
+	for _, p := range pkgs {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, p), "./cmd/"+p)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build ./cmd/%s: %v\n%s", p, err, out)
+		}
+	}
+	return filepath.Join(dir, "adapter")
+}
