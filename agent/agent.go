@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -52,6 +53,8 @@ type JobStore interface {
 	Get(ctx context.Context, jobID string) (jobs.Job, error)
 	Transition(ctx context.Context, jobID string, from, to wire.JobStatus, u jobs.Update) (jobs.Job, error)
 	SetHandles(ctx context.Context, hs []jobs.HandleSet) []error
+	// Accept recreates a record a Redis rollback lost (see reconcile.go).
+	Accept(ctx context.Context, spec jobs.AcceptSpec) (jobs.AcceptResult, error)
 }
 
 // Node is one node this agent serves.
@@ -105,6 +108,19 @@ type Agent struct {
 	// stopping holds the tasks stopTask was asked to stop, some of which
 	// may have ended since; guarded by mu.
 	stopping map[*task]bool
+	// tracked gets a token each time launch tracks a task, for the poll
+	// loop to look up at once the notices that came before their task was
+	// tracked (a task that ends as it starts); capacity 1.
+	tracked chan struct{}
+	// ends are the jobs ended lately, by job ID (guarded by mu), and
+	// holdStarts is set while a reconciliation round waits for this
+	// agent's nodes: see reconcile.go.
+	ends       map[string]ended
+	holdStarts atomic.Bool
+	// endMu orders job ends with reconciliation: ends hold it shared,
+	// reconcile exclusively, so an end is recorded either before the
+	// round looks at its task or after the record was re-asserted.
+	endMu sync.RWMutex
 }
 
 // Stats counts what the agent did since it started.
@@ -114,6 +130,9 @@ type Stats struct {
 	// Acknowledged counts the starts whose order was acknowledged (the
 	// handle stored and the start reported before it).
 	Acknowledged int
+	// Reasserted counts the job records this agent made true again after
+	// Redis lost acknowledged writes (reconcile.go).
+	Reasserted int
 }
 
 // task is one job this agent started or re-attached.
@@ -162,7 +181,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Logger = slog.Default()
 	}
 	a := &Agent{cfg: cfg, nodes: map[string]Node{}, tasks: map[string]*task{}, log: cfg.Logger,
-		failing: map[string]int{}, out: map[string]string{}}
+		failing: map[string]int{}, out: map[string]string{}, tracked: make(chan struct{}, 1)}
 	for _, n := range cfg.Nodes {
 		if n.Record.Name == "" || n.Provider == nil {
 			return nil, errors.New("agent: a node needs a name and a provider")
@@ -203,6 +222,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.Recover(ctx); err != nil {
 		return fmt.Errorf("agent: recover: %w", err)
 	}
+	// A round opened by this (re)start of Redis, or of the board, waits
+	// for these nodes: answer it before taking orders.
+	if err := a.roundBeat(ctx); err != nil && ctx.Err() == nil {
+		a.log.Warn("heartbeat", "err", err)
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return a.beat(gctx) })
 	g.Go(func() error { return a.orders(gctx) })
@@ -219,7 +243,7 @@ func (a *Agent) beat(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			if err := a.cfg.Registry.Beat(ctx, a.names...); err != nil && ctx.Err() == nil {
+			if err := a.roundBeat(ctx); err != nil && ctx.Err() == nil {
 				a.log.Warn("heartbeat", "err", err)
 			}
 		}
@@ -347,11 +371,28 @@ func (a *Agent) order(ctx context.Context, m pool.Message) (bool, *task) {
 
 // start runs one start order.
 func (a *Agent) start(ctx context.Context, m pool.Message) (bool, *task) {
+	if a.holdStarts.Load() {
+		return false, nil // reconciling after a Redis restart: later
+	}
 	a.mu.Lock()
 	_, known := a.tasks[m.JobID]
+	e, endedHere := a.ends[m.JobID]
 	a.mu.Unlock()
 	if known {
 		return true, nil // a repeated order
+	}
+	if endedHere {
+		// This node ran the job already: its order is back because Redis
+		// lost what came after it (see reconcile.go). Record what happened
+		// rather than run it a second time.
+		a.endMu.RLock()
+		_, err := a.reassertEnd(ctx, e)
+		a.endMu.RUnlock()
+		if err != nil {
+			a.log.Warn("re-assert the end of a job ordered again", "job", m.JobID, "err", err)
+			return false, nil
+		}
+		return true, nil
 	}
 	node, ok := a.nodes[m.Node]
 	if !ok {
@@ -449,6 +490,10 @@ func (a *Agent) launch(ctx context.Context, node Node, rec jobs.Job, pl provider
 	a.tasks[rec.JobID] = tk
 	a.stats.Started++
 	a.mu.Unlock()
+	select {
+	case a.tracked <- struct{}{}: // its end may have been notified already
+	default: // one is pending: the poll loop looks at every notice unmatched
+	}
 	return tk
 }
 
@@ -581,7 +626,8 @@ func (a *Agent) pollLoop(ctx context.Context) error {
 	safety := time.NewTicker(a.cfg.SafetyPoll)
 	defer safety.Stop()
 	// Notices of tasks not tracked: one that ended before launch tracked
-	// it, or one already recorded. Looked up again on the next few ticks.
+	// it, or one already recorded. Looked up again as soon as launch
+	// tracks a task, and on the next few ticks.
 	unmatched := map[providers.Handle]int{}
 	// The first tick polls every task, as without a Notifier: those
 	// Recover re-attached, whatever they did meanwhile.
@@ -602,6 +648,17 @@ func (a *Agent) pollLoop(ctx context.Context) error {
 				}
 			}
 			a.pollTasks(ctx, a.notified(hs, unmatched))
+		case <-a.tracked:
+			// The end of a task that ends as it starts is notified before
+			// launch tracks it: it is recorded now, not on the next tick.
+			if len(unmatched) == 0 {
+				continue
+			}
+			ts := a.notified(slices.Collect(maps.Keys(unmatched)), nil)
+			for _, t := range ts {
+				delete(unmatched, t.handle)
+			}
+			a.pollTasks(ctx, ts)
 		case <-t.C:
 			if first {
 				first = false
@@ -851,6 +908,8 @@ func (a *Agent) end(ctx context.Context, t *task, to wire.JobStatus, u jobs.Upda
 	// ended lost and ran again elsewhere (requeue_lost) is not this
 	// task's to end.
 	u.ExpectNode = t.node
+	a.endMu.RLock()
+	defer a.endMu.RUnlock()
 	_, err := a.cfg.Jobs.Transition(ctx, t.rec.JobID, from, to, u)
 	if err != nil && !errors.Is(err, jobs.ErrConflict) && !errors.Is(err, jobs.ErrNotFound) {
 		a.log.Warn("record job end", "job", t.rec.JobID, "err", err)
@@ -858,6 +917,11 @@ func (a *Agent) end(ctx context.Context, t *task, to wire.JobStatus, u jobs.Upda
 	}
 	if err != nil {
 		a.log.Info("job record moved on; outcome not recorded", "job", t.rec.JobID, "outcome", to, "err", err)
+	}
+	if !t.lost && (err == nil || errors.Is(err, jobs.ErrNotFound)) {
+		// Kept a while: if Redis rolled back (the record gone now, or
+		// losing this end later), reconciliation records it again.
+		a.rememberEnd(t, to, u)
 	}
 	ev := pool.EventEnded
 	if t.lost {

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -46,6 +47,12 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	rdb, ns := redistest.New(t)
+	return newEnvOn(t, rdb, ns)
+}
+
+// newEnvOn is newEnv on a given Redis and namespace.
+func newEnvOn(t *testing.T, rdb redis.UniversalClient, ns string) *env {
+	t.Helper()
 	clk := clock.NewFake(time.Now().Truncate(time.Millisecond))
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	bb, err := blackboard.New(rdb, blackboard.Config{Namespace: ns, Clock: clk, MaxEntries: -1})
@@ -106,9 +113,19 @@ const job30s = `{"command":["sleep","30"],"estimated_duration":30}`
 // assign gives job id to node, as the scheduler does (fenced).
 func (e *env) assign(id, node string) {
 	e.t.Helper()
-	errs := e.ch.Assign(e.ctx, e.fence, []pool.Assignment{{JobID: id, Placement: providers.Placement{Node: node, NUMA: -1, CPUs: []int{0, 1}}}})
-	if errs[0] != nil {
-		e.t.Fatalf("assign %s to %s: %v", id, node, errs[0])
+	// As the scheduler does: while the round the agent's first heartbeat
+	// answers is open (reconcile.go), try again.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		errs := e.ch.Assign(e.ctx, e.fence, []pool.Assignment{{JobID: id, Placement: providers.Placement{Node: node, NUMA: -1, CPUs: []int{0, 1}}}})
+		if errors.Is(errs[0], pool.ErrReconciling) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if errs[0] != nil {
+			e.t.Fatalf("assign %s to %s: %v", id, node, errs[0])
+		}
+		return
 	}
 }
 

@@ -190,6 +190,15 @@ func (k Keys) PoolNodes() string { return k.prefix + ":pool:nodes" } // HASH
 // PoolBeats holds each node's last heartbeat: member node, score epoch ms.
 func (k Keys) PoolBeats() string { return k.prefix + ":pool:beats" } // ZSET
 
+// PoolBoot records the reconciliation round of the Redis run the board is
+// served by: run (the server's run_id), at, timeout, done (see package
+// pool, lua/round.lua).
+func (k Keys) PoolBoot() string { return k.prefix + ":pool:boot" } // HASH
+
+// PoolBootPending holds the nodes that have not re-asserted their jobs in
+// the current reconciliation round.
+func (k Keys) PoolBootPending() string { return k.prefix + ":pool:boot:pending" } // SET
+
 // NodeAssign is node's durable assignment channel (scheduler → agent).
 func (k Keys) NodeAssign(node string) string { return k.prefix + ":pool:assign:" + node } // STREAM
 

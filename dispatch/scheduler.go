@@ -668,6 +668,7 @@ func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 	errs := s.orders.Assign(ctx, s.fence, as)
 	now := s.cfg.Clock.Now()
 	var look []string
+	held := 0
 	s.mu.Lock()
 	for i, err := range errs {
 		t := ts[i]
@@ -680,12 +681,20 @@ func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 		case errors.Is(err, pool.ErrNotQueued) || errors.Is(err, pool.ErrNoJob):
 			s.setPhaseLocked(t, PhasePending)
 			look = append(look, t.id())
+		case errors.Is(err, pool.ErrReconciling):
+			// Redis restarted: the nodes re-assert their jobs first (see
+			// package agent, reconcile.go); placed again next cycle.
+			s.setPhaseLocked(t, PhasePending)
+			held++
 		default:
 			s.setPhaseLocked(t, PhasePending) // Redis trouble: next cycle
 			s.log.Warn("assign", "job", t.id(), "err", err)
 		}
 	}
 	s.mu.Unlock()
+	if held > 0 {
+		s.log.Info("assignments held: the nodes are reconciling after a Redis restart", "jobs", held)
+	}
 	for _, err := range errs {
 		if fenced(err) {
 			return changed, err

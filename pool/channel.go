@@ -47,16 +47,25 @@ type Channel struct {
 	rdb    redis.UniversalClient
 	keys   blackboard.Keys
 	maxLen int64
+	round  int64 // the reconciliation round's timeout, ms
 }
 
 // NewChannel returns the channel of the board whose keys are k.
 func NewChannel(rdb redis.UniversalClient, k blackboard.Keys) *Channel {
-	return &Channel{rdb: rdb, keys: k, maxLen: 100_000}
+	return &Channel{rdb: rdb, keys: k, maxLen: 100_000, round: DefaultRoundTimeout.Milliseconds()}
+}
+
+// SetRoundTimeout sets how long a reconciliation round waits for silent
+// nodes (see Registry.SetRoundTimeout); call it before use.
+func (c *Channel) SetRoundTimeout(d time.Duration) {
+	if d > 0 {
+		c.round = d.Milliseconds()
+	}
 }
 
 // Assign gives each job to its placement's node, in one pipeline of fenced
-// steps; errs[i] is nil (assigned), ErrFenced, ErrNotQueued or ErrNoJob
-// (nothing changed for that job), or a Redis error.
+// steps; errs[i] is nil (assigned), ErrFenced, ErrNotQueued, ErrNoJob or
+// ErrReconciling (nothing changed for that job), or a Redis error.
 func (c *Channel) Assign(ctx context.Context, f Fence, as []Assignment) []error {
 	errs := make([]error, len(as))
 	if len(as) == 0 {
@@ -70,8 +79,9 @@ func (c *Channel) Assign(ctx context.Context, f Fence, as []Assignment) []error 
 			continue
 		}
 		n := a.Placement.Node
-		calls[i] = luabatch.Call{Keys: []string{f.Key, c.keys.Job(a.JobID), c.keys.NodeAssign(n), c.keys.NodeJobs(n)},
-			Args: []any{f.Epoch, n, a.JobID, b, c.maxLen}}
+		calls[i] = luabatch.Call{Keys: []string{f.Key, c.keys.Job(a.JobID), c.keys.NodeAssign(n), c.keys.NodeJobs(n),
+			c.keys.PoolBoot(), c.keys.PoolBootPending(), c.keys.PoolNodes()},
+			Args: []any{f.Epoch, n, a.JobID, b, c.maxLen, c.round}}
 	}
 	cmds := luabatch.Eval(ctx, c.rdb, scriptAssign, calls)
 	for i, cmd := range cmds {
@@ -91,6 +101,8 @@ func (c *Channel) Assign(ctx context.Context, f Fence, as []Assignment) []error 
 			errs[i] = fmt.Errorf("pool: assign %s: %w (status %s)", as[i].JobID, ErrNotQueued, detail)
 		case -1:
 			errs[i] = fmt.Errorf("pool: assign %s: %w", as[i].JobID, ErrNoJob)
+		case -3:
+			errs[i] = fmt.Errorf("pool: assign %s: %w (Redis run %s)", as[i].JobID, ErrReconciling, detail)
 		default:
 			errs[i] = fmt.Errorf("pool: assign %s: %w (epoch %d, current %s)", as[i].JobID, ErrFenced, f.Epoch, detail)
 		}
@@ -214,6 +226,19 @@ func (c *Channel) Settle(ctx context.Context, node string, jobIDs ...string) err
 		m[i] = id
 	}
 	return c.rdb.SRem(ctx, c.keys.NodeJobs(node), m...).Err()
+}
+
+// Hold puts jobs back in node's job set (a job its agent re-asserted
+// after Redis lost the assignment), so a restarted agent finds them.
+func (c *Channel) Hold(ctx context.Context, node string, jobIDs ...string) error {
+	if len(jobIDs) == 0 {
+		return nil
+	}
+	m := make([]any, len(jobIDs))
+	for i, id := range jobIDs {
+		m[i] = id
+	}
+	return c.rdb.SAdd(ctx, c.keys.NodeJobs(node), m...).Err()
 }
 
 // NodeJobs returns the jobs assigned to node and not yet settled.

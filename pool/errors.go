@@ -11,4 +11,8 @@ var (
 	ErrNotQueued = errors.New("pool: job is not queued")
 	// ErrNoJob: an assignment found no job record.
 	ErrNoJob = errors.New("pool: no such job")
+	// ErrReconciling: Redis restarted and its nodes have not all
+	// re-asserted their jobs yet (a reconciliation round is open); nothing
+	// new is assigned until they have or the round times out.
+	ErrReconciling = errors.New("pool: reconciling after a Redis restart")
 )

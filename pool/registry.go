@@ -40,12 +40,31 @@ type Registry struct {
 	rdb   redis.UniversalClient
 	nodes string
 	beats string
+	boot  string // the reconciliation round (lua/round.lua)
+	bootP string // its pending nodes
+	round int64  // its timeout, ms
 }
+
+// DefaultRoundTimeout is how long a reconciliation round waits for nodes
+// that do not re-assert their jobs (down, or cut off) before assignments
+// go on without them.
+const DefaultRoundTimeout = 10 * time.Second
 
 // NewRegistry returns the registry of the board whose keys are k.
 // Heartbeats are stamped in Redis's time, never a local clock's.
 func NewRegistry(rdb redis.UniversalClient, k blackboard.Keys) *Registry {
-	return &Registry{rdb: rdb, nodes: k.PoolNodes(), beats: k.PoolBeats()}
+	return &Registry{rdb: rdb, nodes: k.PoolNodes(), beats: k.PoolBeats(),
+		boot: k.PoolBoot(), bootP: k.PoolBootPending(), round: DefaultRoundTimeout.Milliseconds()}
+}
+
+// SetRoundTimeout sets how long a reconciliation round waits for nodes
+// that do not answer (give every member of a pool the same; the adapter
+// uses pool.node_unhealthy, after which a silent node gets no new work
+// anyway); call it before use.
+func (r *Registry) SetRoundTimeout(d time.Duration) {
+	if d > 0 {
+		r.round = d.Milliseconds()
+	}
 }
 
 // Register writes the nodes' inventories and a first heartbeat for each.
@@ -77,17 +96,76 @@ func (r *Registry) Register(ctx context.Context, recs ...NodeRecord) error {
 // Beat renews the nodes' heartbeats, stamped with Redis's own time (one
 // script for all of them).
 func (r *Registry) Beat(ctx context.Context, names ...string) error {
+	_, err := r.BeatRound(ctx, names...)
+	return err
+}
+
+// Round is what a heartbeat learns of the reconciliation round (see
+// lua/round.lua): the Redis server's run id, and which of the beating
+// nodes must re-assert their jobs before anything new is assigned.
+type Round struct {
+	Run       string
+	Reconcile []string
+}
+
+// BeatRound is Beat, and says which of the nodes must reconcile: after a
+// restart of the Redis server (a new run id), every registered node
+// re-asserts the jobs it runs (the records may have rolled back) and then
+// calls Reconciled.
+func (r *Registry) BeatRound(ctx context.Context, names ...string) (Round, error) {
 	if len(names) == 0 {
-		return nil
+		return Round{}, nil
 	}
-	args := make([]any, len(names))
-	for i, n := range names {
-		args[i] = n
+	args := make([]any, 0, len(names)+1)
+	args = append(args, r.round)
+	for _, n := range names {
+		args = append(args, n)
 	}
-	if err := scriptBeat.Run(ctx, r.rdb, []string{r.beats}, args...).Err(); err != nil {
-		return fmt.Errorf("pool: heartbeat: %w", err)
+	res, err := scriptBeat.Run(ctx, r.rdb, []string{r.beats, r.boot, r.bootP, r.nodes}, args...).Slice()
+	if err != nil {
+		return Round{}, fmt.Errorf("pool: heartbeat: %w", err)
+	}
+	var rd Round
+	if len(res) == 3 {
+		rd.Run, _ = res[1].(string)
+		mine, _ := res[2].([]any)
+		for _, m := range mine {
+			if s, ok := m.(string); ok {
+				rd.Reconcile = append(rd.Reconcile, s)
+			}
+		}
+	}
+	return rd, nil
+}
+
+// Reconciled says that the nodes have re-asserted their jobs for the
+// round of Redis run id run. It returns ErrReconciling when that round is
+// no longer the current one (Redis restarted again: reconcile again).
+func (r *Registry) Reconciled(ctx context.Context, run string, names ...string) error {
+	args := make([]any, 0, len(names)+2)
+	args = append(args, run, r.round)
+	for _, n := range names {
+		args = append(args, n)
+	}
+	n, err := scriptReconciled.Run(ctx, r.rdb, []string{r.boot, r.bootP, r.nodes}, args...).Int()
+	if err != nil {
+		return fmt.Errorf("pool: reconciled: %w", err)
+	}
+	if n < 0 {
+		return fmt.Errorf("pool: reconciled for run %s: %w (Redis restarted again)", run, ErrReconciling)
 	}
 	return nil
+}
+
+// RoundOpen reports whether a reconciliation round is open now (nothing
+// new is assigned), opening one if the Redis server restarted since the
+// last; for tests and /api/v1/pool.
+func (r *Registry) RoundOpen(ctx context.Context) (bool, error) {
+	n, err := scriptRoundOpen.Run(ctx, r.rdb, []string{r.boot, r.bootP, r.nodes}, r.round).Int()
+	if err != nil {
+		return false, fmt.Errorf("pool: round: %w", err)
+	}
+	return n == 1, nil
 }
 
 // Deregister removes nodes (a clean stop of their agent): they get no new

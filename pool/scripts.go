@@ -21,13 +21,24 @@ var (
 	luaOrder string
 	//go:embed lua/beat.lua
 	luaBeat string
+	//go:embed lua/reconciled.lua
+	luaReconciled string
+	//go:embed lua/round_open.lua
+	luaRoundOpen string
+	// round.lua is prepended to the scripts that take part in
+	// reconciliation rounds.
+	//go:embed lua/round.lua
+	luaRound string
 )
 
 var (
 	scriptAcquire = redis.NewScript(luaAcquire)
 	scriptRenew   = redis.NewScript(luaRenew)
 	scriptRelease = redis.NewScript(luaRelease)
-	scriptAssign  = redis.NewScript(luaAssign)
+	scriptAssign  = redis.NewScript(luaRound + luaAssign)
 	scriptOrder   = redis.NewScript(luaOrder)
-	scriptBeat    = redis.NewScript(luaBeat)
+	scriptBeat    = redis.NewScript(luaRound + luaBeat)
+
+	scriptReconciled = redis.NewScript(luaRound + luaReconciled)
+	scriptRoundOpen  = redis.NewScript(luaRound + luaRoundOpen)
 )

@@ -117,6 +117,11 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 	}
 	p := &poolMember{cfg: cfg, rdb: rdb, store: store, jobs: js, clk: clk, log: logger,
 		registry: pool.NewRegistry(rdb, store.Keys()), channel: pool.NewChannel(rdb, store.Keys())}
+	// After a Redis restart nothing new is assigned until every node has
+	// re-asserted its jobs, or for at most this long (a silent node gets no
+	// new work after it anyway).
+	p.registry.SetRoundTimeout(cfg.Pool.NodeUnhealthy.D())
+	p.channel.SetRoundTimeout(cfg.Pool.NodeUnhealthy.D())
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -262,6 +262,45 @@ func (s *Server) Kill() {
 	_ = cmd.Wait()
 }
 
+// CopyAOF copies the server's append-only files as they are now (Redis
+// 7's appendonlydir, or an older appendonly.aof) to a new directory and
+// returns it, for RestartFrom: with appendfsync everysec, a host crash
+// leaves the AOF about this far behind what clients were told.
+func (s *Server) CopyAOF() (string, error) {
+	dst, err := os.MkdirTemp(s.Dir, "aofcopy")
+	if err != nil {
+		return "", err
+	}
+	for _, name := range []string{"appendonlydir", "appendonly.aof"} {
+		src := filepath.Join(s.Dir, name)
+		if _, err := os.Stat(src); err != nil {
+			continue
+		}
+		if out, err := exec.Command("cp", "-a", src, dst+"/").CombinedOutput(); err != nil {
+			return "", fmt.Errorf("redistest: copy %s: %v: %s", name, err, out)
+		}
+	}
+	return dst, nil
+}
+
+// RestartFrom kills the server (a host crash) and starts it again from
+// the append-only files CopyAOF saved in dir: every write acknowledged
+// since the copy is lost, as with a lost second of appendfsync everysec.
+func (s *Server) RestartFrom(dir string) error {
+	s.Kill()
+	_ = os.Remove(s.SocketPath())
+	for _, name := range []string{"appendonlydir", "appendonly.aof"} {
+		_ = os.RemoveAll(filepath.Join(s.Dir, name))
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			continue
+		}
+		if out, err := exec.Command("cp", "-a", filepath.Join(dir, name), s.Dir+"/").CombinedOutput(); err != nil {
+			return fmt.Errorf("redistest: restore %s: %v: %s", name, err, out)
+		}
+	}
+	return s.launch()
+}
+
 // Restart kills the server and starts it again on the same socket, port and
 // data directory (with AOF the data survives).
 func (s *Server) Restart() error {

@@ -2,13 +2,26 @@
 -- measured on one clock whatever the agents' and scheduler's clocks say,
 -- and a Redis that was down cannot make a node look silent to a judge
 -- that reads the same clock (see dispatch: silence counts only over a
--- window in which the scheduler itself reached Redis).
--- KEYS[1] beats (ZSET node -> epoch ms)
--- ARGV    node names
--- returns Redis's time in epoch ms
-local t = redis.call('TIME')
-local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for i = 1, #ARGV do
+-- window in which the scheduler itself reached Redis). It also takes part
+-- in reconciliation rounds (round.lua): the agent learns whether any of
+-- its nodes must re-assert its jobs.
+-- KEYS[1] beats (ZSET node -> epoch ms), KEYS[2..4] the round's boot,
+-- pending and nodes keys
+-- ARGV[1] the round timeout in ms (used when this step opens a round),
+-- ARGV[2..] node names
+-- returns {Redis's time in epoch ms, the Redis run id, the names of
+-- ARGV's nodes that must reconcile this round}
+local ms = redis_ms()
+for i = 2, #ARGV do
   redis.call('ZADD', KEYS[1], ms, ARGV[i])
 end
-return ms
+local run, open = round_state(KEYS[2], KEYS[3], KEYS[4], ARGV[1])
+local mine = {}
+if open then
+  for i = 2, #ARGV do
+    if redis.call('SISMEMBER', KEYS[3], ARGV[i]) == 1 then
+      mine[#mine + 1] = ARGV[i]
+    end
+  end
+end
+return {ms, run, mine}
