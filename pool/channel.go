@@ -47,7 +47,8 @@ type Channel struct {
 	rdb    redis.UniversalClient
 	keys   blackboard.Keys
 	maxLen int64
-	round  int64 // the reconciliation round's timeout, ms
+	round  int64  // the reconciliation round's timeout, ms
+	fixed  string // a fixed run id, or "" (Registry.SetRound)
 }
 
 // NewChannel returns the channel of the board whose keys are k.
@@ -55,12 +56,12 @@ func NewChannel(rdb redis.UniversalClient, k blackboard.Keys) *Channel {
 	return &Channel{rdb: rdb, keys: k, maxLen: 100_000, round: DefaultRoundTimeout.Milliseconds()}
 }
 
-// SetRoundTimeout sets how long a reconciliation round waits for silent
-// nodes (see Registry.SetRoundTimeout); call it before use.
-func (c *Channel) SetRoundTimeout(d time.Duration) {
-	if d > 0 {
-		c.round = d.Milliseconds()
+// SetRound is Registry.SetRound for the assignments; call it before use.
+func (c *Channel) SetRound(timeout time.Duration, fixedRun string) {
+	if timeout > 0 {
+		c.round = timeout.Milliseconds()
 	}
+	c.fixed = fixedRun
 }
 
 // Assign gives each job to its placement's node, in one pipeline of fenced
@@ -81,7 +82,7 @@ func (c *Channel) Assign(ctx context.Context, f Fence, as []Assignment) []error 
 		n := a.Placement.Node
 		calls[i] = luabatch.Call{Keys: []string{f.Key, c.keys.Job(a.JobID), c.keys.NodeAssign(n), c.keys.NodeJobs(n),
 			c.keys.PoolBoot(), c.keys.PoolBootPending(), c.keys.PoolNodes()},
-			Args: []any{f.Epoch, n, a.JobID, b, c.maxLen, c.round}}
+			Args: []any{f.Epoch, n, a.JobID, b, c.maxLen, c.round, c.fixed}}
 	}
 	cmds := luabatch.Eval(ctx, c.rdb, scriptAssign, calls)
 	for i, cmd := range cmds {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -43,6 +44,7 @@ type Registry struct {
 	boot  string // the reconciliation round (lua/round.lua)
 	bootP string // its pending nodes
 	round int64  // its timeout, ms
+	fixed string // a fixed run id, or "" to read the server's (SetRound)
 }
 
 // DefaultRoundTimeout is how long a reconciliation round waits for nodes
@@ -57,14 +59,41 @@ func NewRegistry(rdb redis.UniversalClient, k blackboard.Keys) *Registry {
 		boot: k.PoolBoot(), bootP: k.PoolBootPending(), round: DefaultRoundTimeout.Milliseconds()}
 }
 
-// SetRoundTimeout sets how long a reconciliation round waits for nodes
-// that do not answer (give every member of a pool the same; the adapter
-// uses pool.node_unhealthy, after which a silent node gets no new work
-// anyway); call it before use.
-func (r *Registry) SetRoundTimeout(d time.Duration) {
-	if d > 0 {
-		r.round = d.Milliseconds()
+// SetRound sets how long a reconciliation round waits for nodes that do
+// not answer (give every member of a pool the same; the adapter uses
+// pool.node_unhealthy, after which a silent node gets no new work anyway;
+// 0 keeps DefaultRoundTimeout) and the fixed run id from ServerRun; call
+// it before use.
+func (r *Registry) SetRound(timeout time.Duration, fixedRun string) {
+	if timeout > 0 {
+		r.round = timeout.Milliseconds()
 	}
+	r.fixed = fixedRun
+}
+
+// Run ids for servers whose own cannot be read in a script (ServerRun).
+const (
+	// RunStatic: the server has no run id (the embedded blackboard, whose
+	// board lives and dies with its adapter): one round, at the start.
+	RunStatic = "static"
+	// RunUnknown: this Redis user may not run INFO: restarts go unseen
+	// and there is no reconciliation after a rollback.
+	RunUnknown = "unknown"
+)
+
+// ServerRun says how reconciliation rounds learn the Redis server's run
+// id: "" when INFO server names one (the rounds' Lua steps then read it
+// themselves, atomically with what they decide), RunStatic for a server
+// without one, RunUnknown (with the error) when INFO is refused.
+func ServerRun(ctx context.Context, rdb redis.UniversalClient) (string, error) {
+	info, err := rdb.Info(ctx, "server").Result()
+	switch {
+	case err != nil:
+		return RunUnknown, fmt.Errorf("pool: INFO server: %w", err)
+	case strings.Contains(info, "run_id:"):
+		return "", nil
+	}
+	return RunStatic, nil
 }
 
 // Register writes the nodes' inventories and a first heartbeat for each.
@@ -116,8 +145,8 @@ func (r *Registry) BeatRound(ctx context.Context, names ...string) (Round, error
 	if len(names) == 0 {
 		return Round{}, nil
 	}
-	args := make([]any, 0, len(names)+1)
-	args = append(args, r.round)
+	args := make([]any, 0, len(names)+2)
+	args = append(args, r.round, r.fixed)
 	for _, n := range names {
 		args = append(args, n)
 	}
@@ -142,8 +171,8 @@ func (r *Registry) BeatRound(ctx context.Context, names ...string) (Round, error
 // round of Redis run id run. It returns ErrReconciling when that round is
 // no longer the current one (Redis restarted again: reconcile again).
 func (r *Registry) Reconciled(ctx context.Context, run string, names ...string) error {
-	args := make([]any, 0, len(names)+2)
-	args = append(args, run, r.round)
+	args := make([]any, 0, len(names)+3)
+	args = append(args, run, r.round, r.fixed)
 	for _, n := range names {
 		args = append(args, n)
 	}
@@ -161,7 +190,7 @@ func (r *Registry) Reconciled(ctx context.Context, run string, names ...string) 
 // new is assigned), opening one if the Redis server restarted since the
 // last; for tests and /api/v1/pool.
 func (r *Registry) RoundOpen(ctx context.Context) (bool, error) {
-	n, err := scriptRoundOpen.Run(ctx, r.rdb, []string{r.boot, r.bootP, r.nodes}, r.round).Int()
+	n, err := scriptRoundOpen.Run(ctx, r.rdb, []string{r.boot, r.bootP, r.nodes}, r.round, r.fixed).Int()
 	if err != nil {
 		return false, fmt.Errorf("pool: round: %w", err)
 	}

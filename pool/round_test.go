@@ -75,8 +75,8 @@ func TestReconciliationRound(t *testing.T) {
 		t.Fatal("round not open")
 	}
 	// n2 is down: the round ends at its timeout without it.
-	reg.SetRoundTimeout(300 * time.Millisecond)
-	ch.SetRoundTimeout(300 * time.Millisecond)
+	reg.SetRound(300*time.Millisecond, "")
+	ch.SetRound(300*time.Millisecond, "")
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}

@@ -120,8 +120,12 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 	// After a Redis restart nothing new is assigned until every node has
 	// re-asserted its jobs, or for at most this long (a silent node gets no
 	// new work after it anyway).
-	p.registry.SetRoundTimeout(cfg.Pool.NodeUnhealthy.D())
-	p.channel.SetRoundTimeout(cfg.Pool.NodeUnhealthy.D())
+	fixedRun, err := pool.ServerRun(ctx, rdb)
+	if err != nil {
+		logger.Warn("this Redis user may not run INFO: a Redis restart that lost writes goes unseen, and nodes do not re-assert their jobs after it (grant +info; see README, Delivery guarantees)", "err", err)
+	}
+	p.registry.SetRound(cfg.Pool.NodeUnhealthy.D(), fixedRun)
+	p.channel.SetRound(cfg.Pool.NodeUnhealthy.D(), fixedRun)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -8,17 +8,18 @@
 -- KEYS[1] beats (ZSET node -> epoch ms), KEYS[2..4] the round's boot,
 -- pending and nodes keys
 -- ARGV[1] the round timeout in ms (used when this step opens a round),
--- ARGV[2..] node names
+-- ARGV[2] a fixed run id or '' (round.lua's server_run), ARGV[3..] node
+-- names
 -- returns {Redis's time in epoch ms, the Redis run id, the names of
 -- ARGV's nodes that must reconcile this round}
 local ms = redis_ms()
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   redis.call('ZADD', KEYS[1], ms, ARGV[i])
 end
-local run, open = round_state(KEYS[2], KEYS[3], KEYS[4], ARGV[1])
+local run, open = round_state(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
 local mine = {}
 if open then
-  for i = 2, #ARGV do
+  for i = 3, #ARGV do
     if redis.call('SISMEMBER', KEYS[3], ARGV[i]) == 1 then
       mine[#mine + 1] = ARGV[i]
     end

@@ -24,11 +24,27 @@ local function redis_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- server_run is the Redis server's run id: fixed when the caller gives one
+-- (the embedded blackboard, which lives and dies with its adapter and
+-- whose INFO cannot be called from a script), else read with INFO; a user
+-- that may not run INFO gets 'unknown', and with it no round after a
+-- restart (the adapter warns; see README, Delivery guarantees).
+local function server_run(fixed)
+  if fixed ~= nil and fixed ~= '' then
+    return fixed
+  end
+  local info = redis.pcall('INFO', 'server')
+  if type(info) ~= 'string' then
+    return 'unknown'
+  end
+  return string.match(info, 'run_id:(%x+)') or 'unknown'
+end
+
 -- round_state returns the current run id and whether the round is still
 -- open (nothing new may be assigned), opening a new round first when the
--- server's run id is not the recorded one.
-local function round_state(boot, pending, nodes, timeout)
-  local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or 'unknown'
+-- server's run id is not the recorded one. fixed: see server_run.
+local function round_state(boot, pending, nodes, timeout, fixed)
+  local run = server_run(fixed)
   local cur = redis.call('HMGET', boot, 'run', 'at', 'timeout', 'done')
   local now = redis_ms()
   if cur[1] ~= run then
