@@ -13,11 +13,12 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  make %-11s %s\n",$$1,$$2}'
 
-build: ## Build bin/adapter
+build: ## Build bin/adapter and bin/cb-supervisor (each job's supervisor; the adapter finds it next to itself)
 	$(GO) build -o bin/adapter ./cmd/adapter
+	$(GO) build -o bin/cb-supervisor ./cmd/cb-supervisor
 
-run: ## Run the adapter on the embedded blackboard (nothing else needed)
-	$(GO) run ./cmd/adapter serve --config $(CONFIG)
+run: build ## Run the adapter on the embedded blackboard (nothing else needed)
+	bin/adapter serve --config $(CONFIG)
 
 deps: ## Install what the tests need (redis-server, python3-redis) if missing
 	@scripts/ensure-deps.sh
@@ -29,7 +30,7 @@ test: deps ## Install what is missing, then run every test with the race detecto
 test-short: deps ## Unit tests only (skips integration/)
 	$(GO) test -short -count=1 $(PKGS)
 
-bench: deps ## Benchmarks: post→durable job vs asynq, blackboard, broker hand-off, engine (see README)
+bench: deps ## Benchmarks: post→durable job vs asynq, blackboard, broker hand-off, engine, pool, end to end (see README)
 	scripts/bench.sh
 
 sim: ## Run the shipped simulator traces

@@ -128,6 +128,25 @@ func TestNotifiedEndRacesStart(t *testing.T) {
 	}
 }
 
+// TestNotifiedEndRacesStartNoTick: the same without any tick within the
+// test: a notice that came before its task was tracked is looked up again
+// as soon as the agent tracks a task.
+func TestNotifiedEndRacesStartNoTick(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	prov := slowStart{fake.New("fake", clock.Real{}, time.Hour)}
+	var ids []string
+	for range 5 {
+		j := e.queued(`{"command":["true"],"estimated_duration":0.0001}`)
+		e.assign(j.JobID, "n1")
+		ids = append(ids, j.JobID)
+	}
+	e.run(e.agentWith(time.Hour, time.Hour, node("n1", prov)))
+	for _, id := range ids {
+		e.waitStatusWithin(id, wire.JobSucceeded, 5*time.Second)
+	}
+}
+
 // notifierStub is a Notifier that never notifies; its tasks run until they
 // have been asked to stop three times.
 type notifierStub struct {

@@ -14,14 +14,15 @@ import (
 
 	"github.com/computeboard/computeboard/internal/adapter"
 	"github.com/computeboard/computeboard/internal/redistest"
-	"github.com/computeboard/computeboard/providers/local"
+	"github.com/computeboard/computeboard/providers/local/supervise"
 )
 
 func TestMain(m *testing.M) {
 	// In-process adapters re-execute this test binary as their tasks'
-	// supervisor, as the real binary does.
-	if len(os.Args) > 1 && os.Args[1] == local.SupervisorCommand {
-		os.Exit(local.SupervisorMain(os.Args[2:]))
+	// supervisor (there is no cb-supervisor next to it), as the real
+	// binary does without one.
+	if len(os.Args) > 1 && os.Args[1] == supervise.Command {
+		os.Exit(supervise.Main(os.Args[2:]))
 	}
 	redistest.Main(m)
 }
@@ -150,7 +151,9 @@ func runAdapter(t *testing.T, args ...string) (stop func(), out *syncBuffer) {
 	return stop, out
 }
 
-// buildAdapter compiles the adapter binary once per test run.
+// buildAdapter compiles the adapter binary once per test run, with the
+// task supervisor next to it, where the adapter finds it (as `make build`
+// lays them out).
 var buildOnce = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "cb-bin")
 	if err != nil {
@@ -158,7 +161,7 @@ var buildOnce = sync.OnceValues(func() (string, error) {
 	}
 	bin := filepath.Join(dir, "adapter")
 	_, file, _, _ := runtime.Caller(0)
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/adapter")
+	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/adapter", "./cmd/cb-supervisor")
 	cmd.Dir = filepath.Dir(filepath.Dir(file))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)

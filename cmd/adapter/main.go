@@ -10,14 +10,15 @@ import (
 	"syscall"
 
 	"github.com/computeboard/computeboard/internal/adapter"
-	"github.com/computeboard/computeboard/providers/local"
+	"github.com/computeboard/computeboard/providers/local/supervise"
 )
 
 func main() {
-	// A local task's supervisor is this binary re-executed; it must not
-	// print anything first (its output is the task's).
-	if len(os.Args) > 1 && os.Args[1] == local.SupervisorCommand {
-		os.Exit(local.SupervisorMain(os.Args[2:]))
+	// Without cb-supervisor next to it, a local task's supervisor is this
+	// binary re-executed (a slower fallback; see supervise.Main); it must
+	// not print anything first (its output is the task's).
+	if len(os.Args) > 1 && os.Args[1] == supervise.Command {
+		os.Exit(supervise.Main(os.Args[2:]))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := adapter.Main(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)

@@ -84,6 +84,11 @@ type Config struct {
 	Retention Duration `yaml:"retention"`
 	// MaxOutputMB caps each job's stdout and stderr files (default 64).
 	MaxOutputMB int `yaml:"max_output_mb"`
+	// Supervisor is the absolute path of the binary each local job's
+	// supervisor runs (cmd/cb-supervisor). Empty: cb-supervisor next to
+	// the adapter's own executable, else the adapter itself (slower; see
+	// supervisorPath).
+	Supervisor string `yaml:"supervisor"`
 
 	// Node describes this adapter's node (zero values are discovered;
 	// GPUs through NVML, or declared by hand).
@@ -199,6 +204,11 @@ type SchedulerConfig struct {
 	// after its first member was accepted; then its members fail with
 	// gang_incomplete (default 5m).
 	GangTimeout Duration `yaml:"gang_timeout"`
+	// FullReplan is the longest time between two engine runs (default
+	// 10s): the engine runs when its input changed (a new job, an end, a
+	// cancel, a node change) and at least this often for what time alone
+	// changes (ageing, deadline urgency, reservations, estimated starts).
+	FullReplan Duration `yaml:"full_replan"`
 }
 
 // TelemetryConfig tunes the metrics publisher.
@@ -393,6 +403,9 @@ func (c *Config) fill(getenv func(string) string) error {
 	} else if !filepath.IsAbs(c.WorkDir) {
 		c.WorkDir = filepath.Join(c.dir, c.WorkDir)
 	}
+	if c.Supervisor != "" && !filepath.IsAbs(c.Supervisor) {
+		return fmt.Errorf("supervisor %q: want an absolute path", c.Supervisor)
+	}
 	if c.Consumer == "" {
 		c.Consumer = "scheduler"
 	}
@@ -424,6 +437,9 @@ func (c *Config) fill(getenv func(string) string) error {
 	}
 	if c.Scheduler.GangTimeout == 0 {
 		c.Scheduler.GangTimeout = Duration(5 * time.Minute)
+	}
+	if c.Scheduler.FullReplan == 0 {
+		c.Scheduler.FullReplan = Duration(10 * time.Second)
 	}
 	if c.Scheduler.MaxPending == 0 {
 		c.Scheduler.MaxPending = 10000

@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -97,12 +98,13 @@ func (p *poolMember) buildAgent(ctx context.Context, g *errgroup.Group, gctx con
 		if err != nil {
 			return nil, "", err
 		}
-		// Each local task runs under a supervisor (this binary, re-executed)
-		// that records its outcome even if the adapter dies meanwhile.
-		exe, err := os.Executable()
+		// Each local task runs under a supervisor that records its outcome
+		// even if the adapter dies meanwhile.
+		self, err := os.Executable()
 		if err != nil {
 			return nil, "", fmt.Errorf("find own executable for the task supervisor: %w", err)
 		}
+		exe := supervisorPath(cfg.Supervisor, self, p.log)
 		// Jobs run as cfg.RunAs (a task's template, allowlist entry or
 		// account may name another user); as root the default is "nobody".
 		prov, err := local.New(local.Config{WorkDir: cfg.WorkDir, Logger: p.log, Clock: p.clk, Env: baseEnv(), SupervisorPath: exe,
@@ -126,6 +128,28 @@ func (p *poolMember) buildAgent(ctx context.Context, g *errgroup.Group, gctx con
 		Channel: p.channel, Registry: p.registry, Beat: cfg.Pool.Heartbeat.D(), Clock: p.clk,
 		Logger: p.log.With("component", "agent")})
 	return ag, desc, err
+}
+
+// supervisorPath finds the binary local tasks' supervisors run, and logs
+// which, once: configured (the supervisor key), or cb-supervisor next to
+// self (this executable), or else self, whose main hands
+// supervise.Command to supervise.Main (cmd/adapter). That fallback works
+// but starts every task several times slower: each supervisor then pays
+// for the initialisation of every package the adapter links, where
+// cb-supervisor links only the standard library.
+func supervisorPath(configured, self string, log *slog.Logger) string {
+	if configured != "" {
+		log.Info("local task supervisor", "path", configured, "from", "config key supervisor")
+		return configured
+	}
+	next := filepath.Join(filepath.Dir(self), "cb-supervisor")
+	if fi, err := os.Stat(next); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+		log.Info("local task supervisor", "path", next, "from", "next to the adapter")
+		return next
+	}
+	log.Warn("local task supervisor: no cb-supervisor next to the adapter, so the adapter re-executes itself as each task's supervisor, which starts tasks several times slower; build it (make build) or name it in the supervisor key",
+		"path", self, "looked_for", next)
+	return self
 }
 
 func (p *poolMember) agentResolve(req wire.Request) (agent.Command, *wire.Error) {
@@ -192,6 +216,7 @@ func (p *poolMember) runTerm(ctx context.Context, l pool.Leader) error {
 		MaxPending:    cfg.Scheduler.MaxPending,
 		Interval:      cfg.Scheduler.Interval.D(),
 		GangTimeout:   cfg.Scheduler.GangTimeout.D(),
+		FullReplan:    cfg.Scheduler.FullReplan.D(),
 		NodeUnhealthy: cfg.Pool.NodeUnhealthy.D(),
 		NodeTimeout:   cfg.Scheduler.NodeTimeout.D(),
 		NodeClasses:   classes,

@@ -3,11 +3,11 @@ package local
 import (
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/providers/local/supervise"
 )
 
 // Cgroups configures the control group each task runs in (see the package
@@ -62,48 +62,6 @@ func (c Confinement) Names() []string {
 // it never changes after New.
 func (p *Provider) Confinement() Confinement { return p.cgroups.conf }
 
-// The controllers (and, for cgroup v2, core features) a task cgroup
-// directory can carry. Controllers in cgroupDir lists these names.
-const (
-	ctlCPU     = "cpu"
-	ctlCPUAcct = "cpuacct" // v1 accounting only: cpuacct.usage
-	ctlCPUSet  = "cpuset"
-	ctlMemory  = "memory"
-	ctlFreezer = "freezer" // v1; v2 has cgroup.freeze and cgroup.kill in every cgroup
-)
-
-// cgroupDir is one of a task's cgroup directories: one per hierarchy the
-// provider uses (one on a pure cgroup v2 machine; one per v1 controller,
-// plus the v2 one, on a hybrid one).
-type cgroupDir struct {
-	Path        string   `json:"path"` // absolute, under the hierarchy's mount point
-	V2          bool     `json:"v2,omitempty"`
-	Controllers []string `json:"controllers,omitempty"` // the ones of ours this directory carries
-}
-
-func (d cgroupDir) has(ctl string) bool { return slices.Contains(d.Controllers, ctl) }
-
-// cgroupSet is the directories of one task's cgroup.
-type cgroupSet []cgroupDir
-
-// taskCgroup is a task's cgroup: where it is and what to set in it. The
-// provider plans it in Start; whoever starts the task's process (the
-// supervisor, or the provider in-process) creates it, puts the process
-// in it, and removes it once the task has ended.
-type taskCgroup struct {
-	Dirs cgroupSet `json:"dirs"`
-	// CPUQuota is the run time allowed per CPUPeriod, both in
-	// microseconds; 0: no limit.
-	CPUQuota  int64 `json:"cpu_quota_us,omitempty"`
-	CPUPeriod int64 `json:"cpu_period_us,omitempty"`
-	// MemoryBytes is the memory limit; 0: none. Swap is off for the task
-	// either way when a limit is set.
-	MemoryBytes int64 `json:"memory_bytes,omitempty"`
-	// CPUs and Mems are cpuset lists ("0-3,8"); "" takes the parent's.
-	CPUs string `json:"cpus,omitempty"`
-	Mems string `json:"mems,omitempty"`
-}
-
 // cgroupHost is what New found the machine lets the provider enforce,
 // and where.
 type cgroupHost struct {
@@ -115,7 +73,7 @@ type cgroupHost struct {
 type hierarchy struct {
 	base        string   // <mount point>/<Parent>/<provider name>: task cgroups go in here
 	v2          bool     // the unified hierarchy
-	controllers []string // the ones of ours it carries (ctlCPU, ...)
+	controllers []string // the ones of ours it carries (supervise.CtlCPU, ...)
 }
 
 // cfsPeriod is the CFS bandwidth period every task gets, in microseconds.
@@ -125,13 +83,13 @@ const cfsPeriod = 100_000
 const minCFSQuota = 1000
 
 // plan returns the cgroup for task t, or nil when tasks run unconfined.
-func (h *cgroupHost) plan(t providers.Task) *taskCgroup {
+func (h *cgroupHost) plan(t providers.Task) *supervise.Cgroup {
 	if h == nil || len(h.hierarchies) == 0 {
 		return nil
 	}
-	cg := &taskCgroup{}
+	cg := &supervise.Cgroup{}
 	for _, hr := range h.hierarchies {
-		cg.Dirs = append(cg.Dirs, cgroupDir{Path: filepath.Join(hr.base, t.ID), V2: hr.v2, Controllers: hr.controllers})
+		cg.Dirs = append(cg.Dirs, supervise.CgroupDir{Path: filepath.Join(hr.base, t.ID), V2: hr.v2, Controllers: hr.controllers})
 	}
 	if h.conf.CPU && t.Resources.CPUCores > 0 {
 		cg.CPUPeriod = cfsPeriod

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/providers/local/supervise"
 	"github.com/computeboard/computeboard/providers/providertest"
 )
 
@@ -32,7 +33,7 @@ func TestCgroupKillFallbacks(t *testing.T) {
 			wantKillAll: true,
 		},
 		"cgroup v1 without a freezer: kill each process until none is left": {
-			keep: func(m cgroupMount) bool { return !m.v2 && !slices.Contains(m.controllers, ctlFreezer) },
+			keep: func(m cgroupMount) bool { return !m.v2 && !slices.Contains(m.controllers, supervise.CtlFreezer) },
 		},
 	}
 	for name, tc := range tests {

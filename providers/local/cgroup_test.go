@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/providers/local/supervise"
 	"github.com/computeboard/computeboard/providers/providertest"
 	"github.com/google/go-cmp/cmp"
 )
@@ -30,17 +31,17 @@ func needConfined(t *testing.T, p *Provider, what string, enforced func(Confinem
 }
 
 // taskState reads the state record of a task p started.
-func taskState(t *testing.T, p *Provider, h providers.Handle) stateRecord {
+func taskState(t *testing.T, p *Provider, h providers.Handle) supervise.StateRecord {
 	t.Helper()
 	return mustReadState(t, p.taskDir(h.ID))
 }
 
 // wantCgroupGone fails the test if any of rec's cgroup directories is
 // still there.
-func wantCgroupGone(t *testing.T, rec stateRecord) {
+func wantCgroupGone(t *testing.T, rec supervise.StateRecord) {
 	t.Helper()
 	for _, d := range rec.Cgroups {
-		if exists(d.Path) {
+		if supervise.Exists(d.Path) {
 			t.Errorf("cgroup %s still there after the task ended", d.Path)
 		}
 	}
@@ -62,12 +63,12 @@ func TestCgroupCPULimit(t *testing.T) {
 			h := providertest.Start(t, p, task)
 			rec := taskState(t, p, h)
 			cg := rec.Cgroups
-			if !slices.Contains(cg.pids(), rec.PID) {
+			if !slices.Contains(cg.Pids(), rec.PID) {
 				t.Fatalf("the task's process %d is not in its cgroup %+v", rec.PID, cg)
 			}
 			usage := func() time.Duration {
 				t.Helper()
-				used, ok := cg.cpuUsage()
+				used, ok := cg.CPUUsage()
 				if !ok {
 					t.Fatalf("no CPU accounting in the task's cgroup %+v", cg)
 				}
@@ -277,7 +278,7 @@ func killLater(t *testing.T, pid int) {
 // task's leader, so that only its cgroup can reach it.
 func wantEscaped(t *testing.T, pid, leader int) {
 	t.Helper()
-	_, pg, _, err := procStat(pid)
+	_, pg, _, err := supervise.ProcStat(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +311,7 @@ func TestCgroupCPUSet(t *testing.T) {
 		if h, err := p.Start(t.Context(), task); err == nil {
 			t.Errorf("Start with CPU %d = %v, nil; want an error", 1<<20, h)
 		}
-		if exists(p.taskDir(task.ID)) {
+		if supervise.Exists(p.taskDir(task.ID)) {
 			t.Errorf("task directory left behind: the ID cannot be retried")
 		}
 	})
@@ -363,14 +364,14 @@ func TestPruneClearsLeftoverCgroup(t *testing.T) {
 	rec := taskState(t, p, h)
 	wantCgroupGone(t, rec)
 
-	cg := &taskCgroup{Dirs: rec.Cgroups}
-	if err := cg.create(); err != nil {
+	cg := &supervise.Cgroup{Dirs: rec.Cgroups}
+	if err := cg.Create(); err != nil {
 		t.Fatal(err)
 	}
 	leftover := exec.Command(testBinary(t), "sleep")
 	leftover.Env = []string{helperEnv + "=1"}
 	leftover.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := startIn(leftover, cg, nil); err != nil {
+	if err := supervise.StartIn(leftover, cg, nil); err != nil {
 		t.Fatal(err)
 	}
 	exited := make(chan struct{})
@@ -381,7 +382,7 @@ func TestPruneClearsLeftoverCgroup(t *testing.T) {
 	t.Cleanup(func() {
 		_ = leftover.Process.Kill()
 		<-exited
-		_ = rec.Cgroups.remove()
+		_ = rec.Cgroups.Remove()
 	})
 
 	if n, err := p.Prune(t.Context(), time.Now().Add(-time.Hour)); err != nil || n != 0 {
@@ -393,7 +394,7 @@ func TestPruneClearsLeftoverCgroup(t *testing.T) {
 		t.Fatalf("process left in the task's cgroup still running after Prune")
 	}
 	wantCgroupGone(t, rec)
-	if !exists(p.taskDir(h.ID)) {
+	if !supervise.Exists(p.taskDir(h.ID)) {
 		t.Errorf("task directory removed before its time")
 	}
 }
@@ -471,33 +472,33 @@ func (b *syncBuffer) String() string {
 func TestCgroupPlan(t *testing.T) {
 	t.Parallel()
 	host := &cgroupHost{
-		hierarchies: []hierarchy{{base: "/cg/unified/computeboard/local", v2: true, controllers: []string{ctlCPU, ctlMemory, ctlCPUSet}}},
+		hierarchies: []hierarchy{{base: "/cg/unified/computeboard/local", v2: true, controllers: []string{supervise.CtlCPU, supervise.CtlMemory, supervise.CtlCPUSet}}},
 		conf:        Confinement{CPU: true, Memory: true, CPUSet: true, KillAll: true},
 	}
-	dirs := cgroupSet{{Path: "/cg/unified/computeboard/local/t1", V2: true, Controllers: []string{ctlCPU, ctlMemory, ctlCPUSet}}}
+	dirs := supervise.CgroupSet{{Path: "/cg/unified/computeboard/local/t1", V2: true, Controllers: []string{supervise.CtlCPU, supervise.CtlMemory, supervise.CtlCPUSet}}}
 	tests := map[string]struct {
 		host *cgroupHost
 		task providers.Task
-		want *taskCgroup
+		want *supervise.Cgroup
 	}{
 		"nothing reserved": {
 			host: host, task: providers.Task{ID: "t1", Placement: providers.Placement{NUMA: -1}},
-			want: &taskCgroup{Dirs: dirs},
+			want: &supervise.Cgroup{Dirs: dirs},
 		},
 		"cores, memory, CPUs and a NUMA node": {
 			host: host, task: providers.Task{ID: "t1",
 				Resources: providers.Resources{CPUCores: 1.5, MemoryBytes: 64 << 20},
 				Placement: providers.Placement{CPUs: []int{2, 3, 7}, NUMA: 1}},
-			want: &taskCgroup{Dirs: dirs, CPUQuota: 150_000, CPUPeriod: 100_000, MemoryBytes: 64 << 20, CPUs: "2,3,7", Mems: "1"},
+			want: &supervise.Cgroup{Dirs: dirs, CPUQuota: 150_000, CPUPeriod: 100_000, MemoryBytes: 64 << 20, CPUs: "2,3,7", Mems: "1"},
 		},
 		"a sliver of a core gets the least quota the kernel takes": {
 			host: host, task: providers.Task{ID: "t1", Resources: providers.Resources{CPUCores: 0.001}, Placement: providers.Placement{NUMA: -1}},
-			want: &taskCgroup{Dirs: dirs, CPUQuota: 1000, CPUPeriod: 100_000},
+			want: &supervise.Cgroup{Dirs: dirs, CPUQuota: 1000, CPUPeriod: 100_000},
 		},
 		"only what is enforced": {
 			host: &cgroupHost{hierarchies: host.hierarchies, conf: Confinement{KillAll: true}},
 			task: providers.Task{ID: "t1", Resources: providers.Resources{CPUCores: 2, MemoryBytes: 1 << 30}, Placement: providers.Placement{CPUs: []int{0}, NUMA: 0}},
-			want: &taskCgroup{Dirs: dirs},
+			want: &supervise.Cgroup{Dirs: dirs},
 		},
 		"unconfined": {
 			host: &cgroupHost{conf: Confinement{Missing: "not root"}},

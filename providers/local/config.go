@@ -67,8 +67,9 @@ type Config struct {
 	// providers.ErrAtCapacity (default 0: no cap).
 	MaxConcurrent int
 	// SupervisorPath is an absolute path to an executable that runs
-	// SupervisorMain when its first argument is SupervisorCommand (the
-	// adapter binary itself; see SupervisorMain for the wiring). Each task
+	// supervise.Main when its first argument is supervise.Command:
+	// cmd/cb-supervisor, made for it, or any binary wired as supervise.Main
+	// says (the adapter itself, as a slower fallback). Each task
 	// then runs under its own small supervisor process, which outlives this
 	// one: a task's outcome is recorded, and its timeout enforced, even if
 	// the adapter dies while it runs, and a restarted adapter reports the

@@ -131,9 +131,12 @@
 // identically; the supervisor also keeps enforcing Timeout while no
 // adapter runs.
 //
-// The supervisor is a re-execution of a Go binary (normally the adapter
-// itself, under the hidden subcommand SupervisorCommand; see
-// SupervisorMain), rather than a /bin/sh wrapper, because:
+// The supervisor is a Go binary, cmd/cb-supervisor (package supervise,
+// which imports only the standard library, so that it starts in about the
+// time of /bin/true; any binary whose main hands supervise.Command to
+// supervise.Main serves too, the adapter itself included, at the cost of
+// its initialisation on every start), rather than a /bin/sh wrapper,
+// because:
 //
 //   - nothing is ever parsed by a shell, and no shell need be installed;
 //   - it sees the task's real wait status, so an exit code and a death by
@@ -148,9 +151,7 @@
 //   - a stop carries its cause (stopped, provider closed, timed out), so
 //     cancelled, failed and timed out stay distinguishable after a restart.
 //
-// The cost is one small Go process per running task. SupervisorPath may
-// name any binary whose main calls SupervisorMain, a dedicated tiny one
-// included.
+// The cost is one small Go process per running task.
 //
 // The protocol: the provider starts "SupervisorPath __supervise <task
 // dir>" with an empty environment, the task's stdout and stderr files as
@@ -162,8 +163,8 @@
 // and stderr, writes the state record (naming the cgroup), reports the
 // task's pid ("ready"), copies the output into the files up to the cap,
 // and once the task and every other process of its group and cgroup have
-// ended, removes the cgroup, publishes the exit record and sends it down
-// the status pipe too. Start returns after "ready". To
+// ended, removes the cgroup, publishes the exit record, sends it down the
+// status pipe too, then syncs it and exits. Start returns after "ready". To
 // stop a task, any adapter publishes the stop record (its cause) and sends
 // the supervisor SIGTERM; a SIGTERM without a stop record (an operator, a
 // shutdown) stops the task too, with a vaguer cause.
@@ -172,6 +173,13 @@
 // with link(2): the first complete record wins and is never replaced, and
 // every writer that loses adopts the winner, so the adapter that started a
 // task, a restarted one, and the supervisor never disagree.
+//
+// Only the state record is synced to disk before the start is reported: it
+// is the evidence that the task started, without which a restarted adapter
+// reports "never started" and the job would run again. The exit record is
+// sent to the provider first and synced right after (see
+// supervise.SyncPublished for why that is safe), and stop records are not
+// synced at all: only a live supervisor reads them.
 //
 // # Re-attaching after a restart
 //

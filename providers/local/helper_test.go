@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/providers/local/supervise"
 	"github.com/computeboard/computeboard/providers/providertest"
 )
 
@@ -36,10 +37,10 @@ const stuckSupervisor = "stuck-supervisor"
 const diesAfterStartSupervisor = "dies-after-start-supervisor"
 
 // The test binary is also the tests' supervisor (Config.SupervisorPath),
-// dispatched on SupervisorCommand exactly as SupervisorMain's doc tells an
+// dispatched on supervise.Command exactly as supervise.Main's doc tells an
 // adapter to do it.
 func TestMain(m *testing.M) {
-	if filepath.Base(os.Args[0]) == stuckSupervisor || (len(os.Args) > 1 && os.Args[1] == SupervisorCommand) || os.Getenv(helperEnv) == "1" {
+	if filepath.Base(os.Args[0]) == stuckSupervisor || (len(os.Args) > 1 && os.Args[1] == supervise.Command) || os.Getenv(helperEnv) == "1" {
 		setCoverDir()
 	}
 	if filepath.Base(os.Args[0]) == stuckSupervisor {
@@ -53,11 +54,11 @@ func TestMain(m *testing.M) {
 		// reports ready: the handshake fails although the task may have run.
 		dir := os.Args[2]
 		rec := fmt.Sprintf(`{"version":1,"provider":"local","task_id":%q}`, filepath.Base(dir))
-		_ = os.WriteFile(filepath.Join(dir, fileState), []byte(rec), 0o600)
+		_ = os.WriteFile(filepath.Join(dir, supervise.FileState), []byte(rec), 0o600)
 		os.Exit(1)
 	}
-	if len(os.Args) > 1 && os.Args[1] == SupervisorCommand {
-		os.Exit(SupervisorMain(os.Args[2:]))
+	if len(os.Args) > 1 && os.Args[1] == supervise.Command {
+		os.Exit(supervise.Main(os.Args[2:]))
 	}
 	if os.Getenv(helperEnv) == "1" {
 		os.Exit(helperMain(os.Args[1:]))
@@ -210,7 +211,9 @@ func workDir(t testing.TB) string {
 //	                 then exit with code N
 //	adapter DIR ID TIMEOUT ARGV...
 //	                 play an adapter: start task ID (ARGV, with this
-//	                 helper switch in its env) on a supervised provider on
+//	                 helper switch in its env) on a supervised provider
+//	                 (supervisor: $COMPUTEBOARD_LOCAL_TEST_SUPERVISOR, else
+//	                 this binary) on
 //	                 work dir DIR, output capped at
 //	                 doomedAdapterMaxOutput, write the task ID and a newline to
 //	                 stdout once Start has returned, then sleep until
@@ -271,7 +274,7 @@ func helperMain(args []string) int {
 		for _, l := range []struct {
 			name     string
 			resource int
-		}{{"nofile", rlimitNOFILE}, {"nproc", rlimitNPROC}, {"core", rlimitCORE}} {
+		}{{"nofile", supervise.RlimitNOFILE}, {"nproc", supervise.RlimitNPROC}, {"core", supervise.RlimitCORE}} {
 			var lim syscall.Rlimit
 			if err := syscall.Getrlimit(l.resource, &lim); err != nil {
 				fmt.Fprintln(os.Stderr, err)
@@ -376,6 +379,9 @@ func helperMain(args []string) int {
 			return 2
 		}
 		exe, _ := os.Executable()
+		if sup := os.Getenv(supervisorEnv); sup != "" {
+			exe = sup
+		}
 		cfg := Config{WorkDir: arg(1), SupervisorPath: exe, MaxOutputBytes: doomedAdapterMaxOutput}
 		if os.Geteuid() == 0 {
 			cfg.User = testUser
@@ -411,6 +417,9 @@ func waitFile(name string) bool {
 	}
 	return false
 }
+
+// supervisorEnv names the supervisor binary the "adapter" helper uses.
+const supervisorEnv = "COMPUTEBOARD_LOCAL_TEST_SUPERVISOR"
 
 // doomedAdapterMaxOutput is the output cap of the "adapter" helper's
 // provider.

@@ -1,6 +1,6 @@
 package local
 
-import "fmt"
+import "github.com/computeboard/computeboard/providers/local/supervise"
 
 // Limits are the resource limits (setrlimit(2)) every task starts with.
 // Each is set as both the soft and the hard limit, so the task cannot
@@ -34,7 +34,7 @@ const minOpenFiles = 16
 
 // DefaultMaxOutputBytes is the default cap on each of a task's stdout and
 // stderr files.
-const DefaultMaxOutputBytes = 64 << 20
+const DefaultMaxOutputBytes = supervise.DefaultMaxOutputBytes
 
 func (l Limits) withDefaults() Limits {
 	if l.OpenFiles == 0 {
@@ -46,40 +46,10 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// rlimit is one limit to set: soft and hard both become Value.
-type rlimit struct {
-	Resource int    `json:"resource"`
-	Value    uint64 `json:"value"`
-}
-
-func (l Limits) list() []rlimit {
-	return []rlimit{
-		{Resource: rlimitNOFILE, Value: l.OpenFiles},
-		{Resource: rlimitNPROC, Value: l.Processes},
-		{Resource: rlimitCORE, Value: l.CoreBytes},
+func (l Limits) list() []supervise.Rlimit {
+	return []supervise.Rlimit{
+		{Resource: supervise.RlimitNOFILE, Value: l.OpenFiles},
+		{Resource: supervise.RlimitNPROC, Value: l.Processes},
+		{Resource: supervise.RlimitCORE, Value: l.CoreBytes},
 	}
-}
-
-// applyOwnLimits sets limits on the calling process, so that the children
-// it starts from now on inherit them: the supervisor calls it right before
-// it starts the task.
-func applyOwnLimits(limits []rlimit) error {
-	for _, l := range limits {
-		if err := setLimit(0, l); err != nil {
-			return fmt.Errorf("set resource limit %d to %d: %w", l.Resource, l.Value, err)
-		}
-	}
-	return nil
-}
-
-// applyChildLimits sets limits on a started process (prlimit(2)): the
-// provider calls it right after it starts a task in-process, which leaves
-// the task a moment to run under the provider's own limits.
-func applyChildLimits(pid int, limits []rlimit) error {
-	for _, l := range limits {
-		if err := setLimit(pid, l); err != nil {
-			return fmt.Errorf("set resource limit %d of pid %d to %d: %w", l.Resource, pid, l.Value, err)
-		}
-	}
-	return nil
 }

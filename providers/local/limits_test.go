@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/providers/local/supervise"
 	"github.com/computeboard/computeboard/providers/providertest"
 	"github.com/google/go-cmp/cmp"
 )
@@ -81,7 +82,7 @@ func TestLimits(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			wantOut := want(t, "nofile", rlimitNOFILE, tc.want[0]) + want(t, "nproc", rlimitNPROC, tc.want[1]) + want(t, "core", rlimitCORE, tc.want[2])
+			wantOut := want(t, "nofile", supervise.RlimitNOFILE, tc.want[0]) + want(t, "nproc", supervise.RlimitNPROC, tc.want[1]) + want(t, "core", supervise.RlimitCORE, tc.want[2])
 			for mode, newP := range map[string]func(*testing.T) *Provider{
 				"supervised": func(t *testing.T) *Provider { return newTestProvider(t, Config{Limits: tc.limits}) },
 				// In-process, the limits are set on the running task with

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/providers/local/supervise"
 )
 
 var (
@@ -26,11 +27,10 @@ var (
 	_ providers.Notifier  = (*Provider)(nil)
 )
 
-// Why a task's process context was cancelled (context.Cause).
+// Why a task was stopped (a timeout's is supervise.ErrTimedOut).
 var (
-	errStopped  = errors.New("stopped")
-	errClosed   = errors.New("provider closed")
-	errTimedOut = errors.New("timed out")
+	errStopped = errors.New("stopped")
+	errClosed  = errors.New("provider closed")
 )
 
 // Provider runs tasks as child processes. Create it with New and end it
@@ -45,10 +45,10 @@ type Provider struct {
 	max     int
 	// supervisor is Config.SupervisorPath: "" to watch tasks in-process.
 	supervisor string
-	user       string   // Config.User
-	allowRoot  bool     // Config.AllowRoot
-	limits     []rlimit // Config.Limits
-	maxOutput  int64    // Config.MaxOutputBytes; negative: no cap
+	user       string             // Config.User
+	allowRoot  bool               // Config.AllowRoot
+	limits     []supervise.Rlimit // Config.Limits
+	maxOutput  int64              // Config.MaxOutputBytes; negative: no cap
 	// cgroups is what New found it can enforce (Config.Cgroups); never
 	// changes.
 	cgroups *cgroupHost
@@ -228,18 +228,18 @@ const startGrace = time.Minute
 // or one started by an earlier adapter process.
 func (p *Provider) pollDisk(id string) (providers.Status, error) {
 	dir := p.taskDir(id)
-	if ex, err := readExit(dir); err == nil {
-		return ex.status(dir), nil
+	if ex, err := supervise.ReadExit(dir); err == nil {
+		return exitStatus(ex, dir), nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return providers.Status{}, err
 	}
 	st := providers.Status{
-		StdoutPath: filepath.Join(dir, fileStdout),
-		StderrPath: filepath.Join(dir, fileStderr),
+		StdoutPath: filepath.Join(dir, supervise.FileStdout),
+		StderrPath: filepath.Join(dir, supervise.FileStderr),
 	}
-	rec, err := readState(dir)
+	rec, err := supervise.ReadState(dir)
 	switch {
-	case errors.Is(err, fs.ErrNotExist) && !exists(dir):
+	case errors.Is(err, fs.ErrNotExist) && !supervise.Exists(dir):
 		return providers.Status{}, providers.ErrUnknownHandle
 	case errors.Is(err, fs.ErrNotExist):
 		// A task's state is recorded right after its process starts. A
@@ -259,7 +259,7 @@ func (p *Provider) pollDisk(id string) (providers.Status, error) {
 		return providers.Status{}, fmt.Errorf("%w: recorded for %s/%s", providers.ErrUnknownHandle, rec.Provider, rec.TaskID)
 	}
 	st.StartedAt = rec.StartedAt
-	live := rec.identify()
+	live := identify(rec)
 	switch {
 	case live.leader != 0:
 		st.State, st.Suspended = providers.StateRunning, live.leader == 'T'
@@ -272,8 +272,8 @@ func (p *Provider) pollDisk(id string) (providers.Status, error) {
 	}
 	// Nothing is left to observe. The outcome may have been published
 	// since we first looked (a supervisor records it before it exits).
-	if ex, err := readExit(dir); err == nil {
-		return ex.status(dir), nil
+	if ex, err := supervise.ReadExit(dir); err == nil {
+		return exitStatus(ex, dir), nil
 	}
 	st.State, st.Error = providers.StateLost, live.why
 	return st, nil
@@ -288,9 +288,9 @@ type liveness struct {
 
 // identify checks whether the recorded processes are still alive and still
 // the same processes (same boot, pid and start time).
-func (r stateRecord) identify() liveness {
+func identify(r supervise.StateRecord) liveness {
 	const unknown = "the adapter that started it is gone, so its exit status is unknown"
-	boot, err := bootID()
+	boot, err := supervise.BootID()
 	if err != nil || r.BootID == "" || r.StartTicks == 0 {
 		return liveness{why: "process identity cannot be checked; " + unknown}
 	}
@@ -298,10 +298,10 @@ func (r stateRecord) identify() liveness {
 		return liveness{why: "the machine rebooted since the task started"}
 	}
 	var live liveness
-	if st, _, ticks, err := procStat(r.PID); err == nil && !dead(st) && ticks == r.StartTicks {
+	if st, _, ticks, err := supervise.ProcStat(r.PID); err == nil && !supervise.Dead(st) && ticks == r.StartTicks {
 		live.leader = st
 	}
-	live.supervisor = r.supervisorAlive()
+	live.supervisor = supervisorAlive(r)
 	switch {
 	case live.leader != 0 || live.supervisor:
 	case r.SupervisorPID != 0:
@@ -314,12 +314,12 @@ func (r stateRecord) identify() liveness {
 
 // supervisorAlive reports whether the recorded supervisor is alive and
 // provably the same process. The caller has checked the boot ID.
-func (r stateRecord) supervisorAlive() bool {
+func supervisorAlive(r supervise.StateRecord) bool {
 	if r.SupervisorPID <= 0 || r.SupervisorStartTicks == 0 {
 		return false
 	}
-	st, _, ticks, err := procStat(r.SupervisorPID)
-	return err == nil && !dead(st) && ticks == r.SupervisorStartTicks
+	st, _, ticks, err := supervise.ProcStat(r.SupervisorPID)
+	return err == nil && !supervise.Dead(st) && ticks == r.SupervisorStartTicks
 }
 
 // Stop cancels the task (SIGTERM to its process group and every process
@@ -368,7 +368,7 @@ func (p *Provider) stopAdopted(ctx context.Context, id string) error {
 		return nil
 	}
 	dir := p.taskDir(id)
-	rec, err := readState(dir)
+	rec, err := supervise.ReadState(dir)
 	if err != nil {
 		return err
 	}
@@ -380,25 +380,26 @@ func (p *Provider) stopAdopted(ctx context.Context, id string) error {
 		// The supervisor is gone and recorded nothing: stop what is left of
 		// the task ourselves.
 	}
-	if rec.identify().leader == 0 {
+	if identify(rec).leader == 0 {
 		// It ended on its own since pollDisk looked: nothing was stopped,
 		// and Poll now reports what is known of it (recorded or lost).
 		return nil
 	}
 	// identify just checked rec.PID; the group cannot be reused while its
 	// leader (even as a zombie) or any member exists.
-	procs := taskProcs{pgid: rec.PGID, cg: rec.Cgroups}
-	procs.terminate()
-	if err := drain(ctx, procs, p.grace); err != nil {
+	procs := supervise.TaskProcs{PGID: rec.PGID, Cgroup: rec.Cgroups}
+	procs.Terminate()
+	if err := supervise.Drain(ctx, procs, p.grace); err != nil {
 		return err
 	}
-	if err := rec.Cgroups.remove(); err != nil {
+	if err := rec.Cgroups.Remove(); err != nil {
 		p.log.Warn("task's cgroup not removed; Prune retries", "job", id, "err", err)
 	}
 	st.State, st.Suspended = providers.StateCancelled, false
 	st.Error = "stopped after an adapter restart; exit status unknown"
 	st.FinishedAt = p.clock.Now()
-	if err := publishRecord(dir, fileExit, exitRecordOf(st)); err != nil && !errors.Is(err, errRecordExists) {
+	// Synced: a rare path, and Stop returning is as good as reporting it.
+	if err := supervise.PublishRecord(dir, supervise.FileExit, exitRecordOf(st), true); err != nil && !errors.Is(err, supervise.ErrRecordExists) {
 		return err
 	}
 	return nil
@@ -407,8 +408,8 @@ func (p *Provider) stopAdopted(ctx context.Context, id string) error {
 // stopViaSupervisor asks a live supervisor to stop its task and waits,
 // bounded by ctx, until the outcome is recorded. It reports false (and no
 // error) if the supervisor is gone, or goes, without recording one.
-func (p *Provider) stopViaSupervisor(ctx context.Context, dir string, rec stateRecord) (recorded bool, err error) {
-	exitPath := filepath.Join(dir, fileExit)
+func (p *Provider) stopViaSupervisor(ctx context.Context, dir string, rec supervise.StateRecord) (recorded bool, err error) {
+	exitPath := filepath.Join(dir, supervise.FileExit)
 	// On Linux the handle is a pidfd, taken before the identity check: if
 	// the check passes, the handle is that process and stays so.
 	proc, err := os.FindProcess(rec.SupervisorPID)
@@ -416,24 +417,46 @@ func (p *Provider) stopViaSupervisor(ctx context.Context, dir string, rec stateR
 		return false, nil
 	}
 	defer proc.Release()
-	if !rec.identify().supervisor {
-		return exists(exitPath), nil
+	// So is this one, to learn of its exit (after it has recorded the
+	// outcome) as it happens; nil where pidfds are not to be had.
+	exited, _ := openPidfd(rec.SupervisorPID)
+	if exited != nil {
+		defer exited.Close() // ends the waitExit below, if still waiting
 	}
-	stop := stopRecord{Version: recordVersion, Cause: errStopped.Error(), RequestedAt: p.clock.Now()}
-	if err := publishRecord(dir, fileStop, stop); err != nil && !errors.Is(err, errRecordExists) {
+	if !identify(rec).supervisor {
+		return supervise.Exists(exitPath), nil
+	}
+	stop := supervise.StopRecord{Version: supervise.RecordVersion, Cause: errStopped.Error(), RequestedAt: p.clock.Now()}
+	// Not synced (nor any stop record): it is read only by a supervisor
+	// alive to get the signal, and whatever ends the machine ends that
+	// supervisor too.
+	if err := supervise.PublishRecord(dir, supervise.FileStop, stop, false); err != nil && !errors.Is(err, supervise.ErrRecordExists) {
 		p.log.Warn("stop request not recorded; the task will be stopped with a vaguer reason", "job", rec.TaskID, "err", err)
 	}
 	_ = proc.Signal(syscall.SIGTERM)
-	// It is not our child, so it cannot be waited on: poll. A stop takes
-	// it up to about 2×KillGrace.
+	// A stop takes it up to about 2×KillGrace.
+	if exited != nil {
+		done := make(chan error, 1)
+		go func() { done <- waitExit(exited) }() // ends when it exits, or when exited is closed
+		select {
+		case err := <-done:
+			if err == nil {
+				return supervise.Exists(exitPath), nil
+			}
+			// Cannot be polled after all: watch it on a tick below.
+		case <-ctx.Done():
+			return false, context.Cause(ctx)
+		}
+	}
+	// It is not our child, so it cannot be waited on: poll.
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if exists(exitPath) {
+		if supervise.Exists(exitPath) {
 			return true, nil
 		}
-		if !rec.supervisorAlive() {
-			return exists(exitPath), nil
+		if !supervisorAlive(rec) {
+			return supervise.Exists(exitPath), nil
 		}
 		select {
 		case <-tick.C:

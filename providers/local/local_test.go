@@ -15,6 +15,7 @@ import (
 
 	"github.com/computeboard/computeboard/internal/clock"
 	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/providers/local/supervise"
 	"github.com/computeboard/computeboard/providers/providertest"
 	"github.com/google/go-cmp/cmp"
 )
@@ -507,17 +508,17 @@ func TestRestartSeesOldHandles(t *testing.T) {
 
 	t.Run("lost", func(t *testing.T) {
 		t.Parallel()
-		boot, err := bootID()
+		boot, err := supervise.BootID()
 		if err != nil {
 			t.Skipf("no boot ID on this system: %v", err)
 		}
-		_, _, selfTicks, err := procStat(os.Getpid())
+		_, _, selfTicks, err := supervise.ProcStat(os.Getpid())
 		if err != nil {
 			t.Fatal(err)
 		}
-		self := stateRecord{PID: os.Getpid(), PGID: os.Getpid(), StartTicks: selfTicks, BootID: boot}
-		tests := map[string]func(t *testing.T) *stateRecord{ // nil: no state record
-			"process ended": func(t *testing.T) *stateRecord {
+		self := supervise.StateRecord{PID: os.Getpid(), PGID: os.Getpid(), StartTicks: selfTicks, BootID: boot}
+		tests := map[string]func(t *testing.T) *supervise.StateRecord{ // nil: no state record
+			"process ended": func(t *testing.T) *supervise.StateRecord {
 				cmd := exec.Command(helper(t, "exit", "0")[0], "exit", "0")
 				cmd.Env = []string{helperEnv + "=1"}
 				if err := cmd.Start(); err != nil {
@@ -525,23 +526,23 @@ func TestRestartSeesOldHandles(t *testing.T) {
 				}
 				r := self
 				r.PID, r.PGID = cmd.Process.Pid, cmd.Process.Pid
-				_, _, r.StartTicks, _ = procStat(r.PID)
+				_, _, r.StartTicks, _ = supervise.ProcStat(r.PID)
 				if err := cmd.Wait(); err != nil {
 					t.Fatal(err)
 				}
 				return &r
 			},
-			"pid reused": func(t *testing.T) *stateRecord {
+			"pid reused": func(t *testing.T) *supervise.StateRecord {
 				r := self // alive, but started at another time: not our task
 				r.StartTicks++
 				return &r
 			},
-			"rebooted": func(t *testing.T) *stateRecord {
+			"rebooted": func(t *testing.T) *supervise.StateRecord {
 				r := self
 				r.BootID = "00000000-0000-0000-0000-000000000000"
 				return &r
 			},
-			"identity unknown": func(t *testing.T) *stateRecord {
+			"identity unknown": func(t *testing.T) *supervise.StateRecord {
 				r := self
 				r.StartTicks = 0
 				return &r
@@ -556,8 +557,8 @@ func TestRestartSeesOldHandles(t *testing.T) {
 					t.Fatal(err)
 				}
 				if r := record(t); r != nil {
-					r.Version, r.Provider, r.TaskID, r.StartedAt = recordVersion, "local", id, time.Unix(1700000000, 0)
-					if err := writeRecord(filepath.Join(dir, id), fileState, r); err != nil {
+					r.Version, r.Provider, r.TaskID, r.StartedAt = supervise.RecordVersion, "local", id, time.Unix(1700000000, 0)
+					if err := supervise.WriteRecord(filepath.Join(dir, id), supervise.FileState, r, false); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -599,7 +600,7 @@ func startOrphan(t *testing.T, dir string, args ...string) (*exec.Cmd, string) {
 	if err := os.Mkdir(taskDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	out, err := createOutput(taskDir, fileStdout)
+	out, err := createOutput(taskDir, supervise.FileStdout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -616,15 +617,15 @@ func startOrphan(t *testing.T, dir string, args ...string) (*exec.Cmd, string) {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		cmd.Wait()
 	})
-	rec := stateRecord{Version: recordVersion, Provider: "local", TaskID: id,
+	rec := supervise.StateRecord{Version: supervise.RecordVersion, Provider: "local", TaskID: id,
 		PID: cmd.Process.Pid, PGID: cmd.Process.Pid, StartedAt: time.Now()}
-	if _, _, rec.StartTicks, err = procStat(rec.PID); err != nil {
+	if _, _, rec.StartTicks, err = supervise.ProcStat(rec.PID); err != nil {
 		t.Fatal(err)
 	}
-	if rec.BootID, err = bootID(); err != nil {
+	if rec.BootID, err = supervise.BootID(); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeRecord(taskDir, fileState, rec); err != nil {
+	if err := supervise.WriteRecord(taskDir, supervise.FileState, rec, false); err != nil {
 		t.Fatal(err)
 	}
 	return cmd, id
@@ -669,15 +670,15 @@ func tryReadPID(t *testing.T, p providers.Provider, h providers.Handle) (int, er
 
 // alive reports whether pid is a live (non-zombie) process.
 func alive(pid int) bool {
-	st, _, _, err := procStat(pid)
-	return err == nil && !dead(st)
+	st, _, _, err := supervise.ProcStat(pid)
+	return err == nil && !supervise.Dead(st)
 }
 
 func waitProcStates(t *testing.T, pids []int, what string, ok func(byte) bool) {
 	t.Helper()
 	err := providertest.Eventually(t.Context(), func() (bool, error) {
 		for _, pid := range pids {
-			st, _, _, err := procStat(pid)
+			st, _, _, err := supervise.ProcStat(pid)
 			if err != nil {
 				return false, err
 			}
@@ -692,9 +693,9 @@ func waitProcStates(t *testing.T, pids []int, what string, ok func(byte) bool) {
 	}
 }
 
-func mustReadState(t *testing.T, taskDir string) stateRecord {
+func mustReadState(t *testing.T, taskDir string) supervise.StateRecord {
 	t.Helper()
-	r, err := readState(taskDir)
+	r, err := supervise.ReadState(taskDir)
 	if err != nil {
 		t.Fatal(err)
 	}

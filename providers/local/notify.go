@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/providers/local/supervise"
 )
 
 // Ended returns the channel on which the provider says, as it happens,
@@ -124,15 +125,15 @@ var errProcessGone = errors.New("process gone")
 // process (same boot, pid and start time), so the pidfd cannot name
 // another one.
 func (p *Provider) openWatch(id string) (*exitWatch, error) {
-	rec, err := readState(p.taskDir(id))
+	rec, err := supervise.ReadState(p.taskDir(id))
 	if err != nil {
 		return nil, err
 	}
-	boot, err := bootID()
+	boot, err := supervise.BootID()
 	if err != nil || rec.BootID == "" || boot != rec.BootID {
 		return nil, errors.New("process identity cannot be checked")
 	}
-	for _, proc := range []procIdentity{{rec.SupervisorPID, rec.SupervisorStartTicks}, {rec.PID, rec.StartTicks}} {
+	for _, proc := range []supervise.ProcIdentity{{PID: rec.SupervisorPID, StartTicks: rec.SupervisorStartTicks}, {PID: rec.PID, StartTicks: rec.StartTicks}} {
 		if proc.PID <= 0 || proc.StartTicks == 0 {
 			continue
 		}
@@ -141,7 +142,7 @@ func (p *Provider) openWatch(id string) (*exitWatch, error) {
 			return nil, err
 		}
 		if err == nil {
-			if st, _, ticks, err := procStat(proc.PID); err == nil && !dead(st) && ticks == proc.StartTicks {
+			if st, _, ticks, err := supervise.ProcStat(proc.PID); err == nil && !supervise.Dead(st) && ticks == proc.StartTicks {
 				return &exitWatch{f: f}, nil
 			}
 			f.Close()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/providers/local/supervise"
 	"github.com/computeboard/computeboard/providers/providertest"
 )
 
@@ -64,7 +65,7 @@ func TestEndedNotices(t *testing.T) {
 				if st := poll(t, p, h); !ok(st) {
 					t.Errorf("%v when notified: %+v", h, st)
 				}
-				if !exists(filepath.Join(p.taskDir(h.ID), fileExit)) {
+				if !supervise.Exists(filepath.Join(p.taskDir(h.ID), supervise.FileExit)) {
 					t.Errorf("%v notified before its exit record was published", h)
 				}
 			}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/computeboard/computeboard/providers/local/supervise"
 )
 
 // Prune removes the directories of tasks that ended before olderThan, and
@@ -82,10 +84,10 @@ func (p *Provider) Prune(ctx context.Context, olderThan time.Time) (removed int,
 // expired reports whether the task directory dir may be pruned at cutoff
 // olderThan (see Prune).
 func (p *Provider) expired(dir string, olderThan time.Time) bool {
-	if ex, err := readExit(dir); err == nil {
+	if ex, err := supervise.ReadExit(dir); err == nil {
 		finished := ex.FinishedAt
 		if finished.IsZero() {
-			fi, err := os.Stat(filepath.Join(dir, fileExit))
+			fi, err := os.Stat(filepath.Join(dir, supervise.FileExit))
 			if err != nil {
 				return false
 			}
@@ -97,7 +99,7 @@ func (p *Provider) expired(dir string, olderThan time.Time) bool {
 	if err != nil || !fi.ModTime().Before(olderThan) {
 		return false
 	}
-	rec, err := readState(dir)
+	rec, err := supervise.ReadState(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return true // never started
@@ -106,26 +108,26 @@ func (p *Provider) expired(dir string, olderThan time.Time) bool {
 	case rec.Provider != p.name:
 		return false
 	}
-	live := rec.identify()
+	live := identify(rec)
 	if live.leader != 0 || live.supervisor {
 		return false
 	}
 	// The outcome may have been published since we first looked.
-	_, err = readExit(dir)
+	_, err = supervise.ReadExit(dir)
 	return errors.Is(err, fs.ErrNotExist)
 }
 
 // ended reports whether the task in dir has ended: it has an outcome, or
 // it is lost (none of its processes the state record names lives).
 func (p *Provider) ended(dir string) bool {
-	if exists(filepath.Join(dir, fileExit)) {
+	if supervise.Exists(filepath.Join(dir, supervise.FileExit)) {
 		return true
 	}
-	rec, err := readState(dir)
+	rec, err := supervise.ReadState(dir)
 	if err != nil || rec.Provider != p.name || len(rec.Cgroups) == 0 || rec.StartTicks == 0 || rec.BootID == "" {
 		return false // only a task whose identity can be checked is known to be lost
 	}
-	live := rec.identify()
+	live := identify(rec)
 	return live.leader == 0 && !live.supervisor
 }
 
@@ -133,14 +135,14 @@ func (p *Provider) ended(dir string) bool {
 // directory dir, killing whatever is left in it. The caller has made sure
 // the task has ended: anything still in its cgroup is left over.
 func (p *Provider) clearCgroup(dir string) error {
-	rec, err := readState(dir)
-	if err != nil || !rec.Cgroups.exist() {
+	rec, err := supervise.ReadState(dir)
+	if err != nil || !rec.Cgroups.Exist() {
 		return nil
 	}
-	if rec.Cgroups.alive() {
+	if rec.Cgroups.Alive() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_ = drain(ctx, taskProcs{cg: rec.Cgroups}, 0)
+		_ = supervise.Drain(ctx, supervise.TaskProcs{Cgroup: rec.Cgroups}, 0)
 	}
-	return rec.Cgroups.remove()
+	return rec.Cgroups.Remove()
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/providers/local/supervise"
 	"github.com/computeboard/computeboard/providers/providertest"
 )
 
@@ -31,8 +32,8 @@ func TestPrune(t *testing.T) {
 		// names a process that has ended); both last changed long ago.
 		old := time.Now().Add(-48 * time.Hour)
 		unstarted := mkTaskDir(t, dir, nil)
-		lost := mkTaskDir(t, dir, &stateRecord{Provider: "local", PID: deadPID(t), StartTicks: 1})
-		foreign := mkTaskDir(t, dir, &stateRecord{Provider: "other", PID: deadPID(t), StartTicks: 1})
+		lost := mkTaskDir(t, dir, &supervise.StateRecord{Provider: "local", PID: deadPID(t), StartTicks: 1})
+		foreign := mkTaskDir(t, dir, &supervise.StateRecord{Provider: "other", PID: deadPID(t), StartTicks: 1})
 		for _, id := range []string{unstarted, lost, foreign} {
 			if err := os.Chtimes(filepath.Join(dir, id), old, old); err != nil {
 				t.Fatal(err)
@@ -84,7 +85,7 @@ func TestPruneSkipsAnotherInstancesRunningTask(t *testing.T) {
 
 // mkTaskDir makes a task directory in dir, with state record r if not nil,
 // and returns its ID.
-func mkTaskDir(t *testing.T, dir string, r *stateRecord) string {
+func mkTaskDir(t *testing.T, dir string, r *supervise.StateRecord) string {
 	t.Helper()
 	id := providertest.TaskID(t)
 	taskDir := filepath.Join(dir, id)
@@ -92,9 +93,9 @@ func mkTaskDir(t *testing.T, dir string, r *stateRecord) string {
 		t.Fatal(err)
 	}
 	if r != nil {
-		r.Version, r.TaskID, r.PGID, r.StartedAt = recordVersion, id, r.PID, time.Now()
-		r.BootID, _ = bootID()
-		if err := writeRecord(taskDir, fileState, r); err != nil {
+		r.Version, r.TaskID, r.PGID, r.StartedAt = supervise.RecordVersion, id, r.PID, time.Now()
+		r.BootID, _ = supervise.BootID()
+		if err := supervise.WriteRecord(taskDir, supervise.FileState, r, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -125,7 +126,7 @@ func writeFileIn(t *testing.T, dir, name string) string {
 func wantPresent(t *testing.T, dir string, want map[string]bool) {
 	t.Helper()
 	for name, w := range want {
-		if got := exists(filepath.Join(dir, name)); got != w {
+		if got := supervise.Exists(filepath.Join(dir, name)); got != w {
 			t.Errorf("%s present: %v, want %v", name, got, w)
 		}
 	}

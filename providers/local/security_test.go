@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/providers/local/supervise"
 	"github.com/computeboard/computeboard/providers/providertest"
 	"github.com/google/go-cmp/cmp"
 )
@@ -195,7 +196,7 @@ func TestTaskDirectoryPermissions(t *testing.T) {
 			UID, GID uint32
 		}
 		got := map[string]perm{}
-		for _, f := range []string{"", fileWork, filePayload, fileStdout, fileStderr, fileState, fileExit} {
+		for _, f := range []string{"", supervise.FileWork, supervise.FilePayload, supervise.FileStdout, supervise.FileStderr, supervise.FileState, supervise.FileExit} {
 			fi, err := os.Lstat(filepath.Join(taskDir, f))
 			if err != nil {
 				t.Fatal(err)
@@ -206,13 +207,13 @@ func TestTaskDirectoryPermissions(t *testing.T) {
 		root := func(m fs.FileMode) perm { return perm{m, 0, 0} }
 		owned := func(m fs.FileMode) perm { return perm{m, 65534, 65534} }
 		want := map[string]perm{
-			"":          root(fs.ModeDir | 0o711),
-			fileWork:    owned(fs.ModeDir | 0o700),
-			filePayload: owned(0o600),
-			fileStdout:  root(0o600),
-			fileStderr:  root(0o600),
-			fileState:   root(0o600),
-			fileExit:    root(0o600),
+			"":                    root(fs.ModeDir | 0o711),
+			supervise.FileWork:    owned(fs.ModeDir | 0o700),
+			supervise.FilePayload: owned(0o600),
+			supervise.FileStdout:  root(0o600),
+			supervise.FileStderr:  root(0o600),
+			supervise.FileState:   root(0o600),
+			supervise.FileExit:    root(0o600),
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("task directory (-want +got):\n%s", diff)
@@ -240,11 +241,11 @@ func TestJobCannotTouchProviderFiles(t *testing.T) {
 		user string
 		args []string
 	}{
-		"replace own stdout": {args: []string{"rename", "x", "../" + fileStdout}}, // the working directory is work/
-		"write own records":  {args: []string{"create", "../" + fileExit}},
-		"read other payload": {user: other, args: []string{"cat", filepath.Join(firstDir, filePayload)}},
-		"read other stdout":  {user: other, args: []string{"cat", filepath.Join(firstDir, fileStdout)}},
-		"list other work":    {user: other, args: []string{"ls", filepath.Join(firstDir, fileWork)}},
+		"replace own stdout": {args: []string{"rename", "x", "../" + supervise.FileStdout}}, // the working directory is work/
+		"write own records":  {args: []string{"create", "../" + supervise.FileExit}},
+		"read other payload": {user: other, args: []string{"cat", filepath.Join(firstDir, supervise.FilePayload)}},
+		"read other stdout":  {user: other, args: []string{"cat", filepath.Join(firstDir, supervise.FileStdout)}},
+		"list other work":    {user: other, args: []string{"ls", filepath.Join(firstDir, supervise.FileWork)}},
 		"list the work dir":  {user: other, args: []string{"ls", dir}},
 	}
 	for name, tc := range tests {

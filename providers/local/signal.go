@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/providers/local/supervise"
 )
 
 // Suspend pauses every process of the task with SIGSTOP. Its timeout keeps
@@ -71,14 +72,14 @@ func (p *Provider) signalTask(id string, sig syscall.Signal) error {
 	if st.State.Terminal() {
 		return providers.ErrNotRunning
 	}
-	rec, err := readState(p.taskDir(id))
+	rec, err := supervise.ReadState(p.taskDir(id))
 	if err != nil {
 		return err
 	}
 	// Only while the leader itself is provably the task: a supervised task
 	// whose leader has ended is still "running" while its supervisor clears
 	// up, but its group ID is no longer safe to signal.
-	if rec.identify().leader == 0 {
+	if identify(rec).leader == 0 {
 		return providers.ErrNotRunning
 	}
 	if err := syscall.Kill(-rec.PGID, sig); err != nil {

@@ -8,185 +8,24 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/providers/local/supervise"
 )
 
-// SupervisorCommand is the hidden subcommand that runs the supervisor: the
-// provider starts Config.SupervisorPath with arguments
-//
-//	SupervisorCommand <task directory>
-//
-// and the program must hand everything after SupervisorCommand to
-// SupervisorMain before doing anything else (see SupervisorMain).
-const SupervisorCommand = "__supervise"
-
-// The supervisor's inherited descriptors, after stdin, stdout and stderr.
-const (
-	specFD   = 3 // read: the taskSpec as JSON, then EOF
-	statusFD = 4 // write: a readyMsg line, later the exitRecord line
-)
-
-// readyMsg is the supervisor's first line on its status pipe.
-type readyMsg struct {
-	PID        int    `json:"pid,omitempty"`         // the task's leader, and so its process group
-	StateError string `json:"state_error,omitempty"` // the task started with a problem (its state record could not be written)
-	Error      string `json:"error,omitempty"`       // the task did not start
-}
-
-// SupervisorMain runs a task's supervisor and returns the process exit
-// code. It is not for people: the local provider starts it (when
-// Config.SupervisorPath is set) as "SupervisorPath __supervise <task dir>"
-// with the task's spec on descriptor 3 and a status pipe on descriptor 4.
-//
-// Wire it into the binary named by SupervisorPath as the first thing main
-// does, before flag parsing, signal handling or any other setup:
-//
-//	func main() {
-//		if len(os.Args) > 1 && os.Args[1] == local.SupervisorCommand {
-//			os.Exit(local.SupervisorMain(os.Args[2:]))
-//		}
-//		...
-//	}
-//
-// args is what follows SupervisorCommand. The supervisor runs with an empty
-// environment, in the task directory, with the task's stdout and stderr
-// files as its own (its rare warnings go to the task's stderr).
-//
-// Exit codes: 0 once the task's outcome is recorded, 1 when the task could
-// not be started, 2 when it was started wrongly.
-func SupervisorMain(args []string) int {
-	// First of all: from here on SIGTERM is a stop request, not death.
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-
-	if len(args) != 1 || !filepath.IsAbs(args[0]) {
-		fmt.Fprintf(os.Stderr, "usage: %s <task directory>; run by the local provider, not by hand\n", SupervisorCommand)
-		return 2
-	}
-	dir := args[0]
-	// The task must not inherit the pipes: the provider's EOF on the status
-	// pipe means "the supervisor is gone".
-	syscall.CloseOnExec(specFD)
-	syscall.CloseOnExec(statusFD)
-	specIn, status := os.NewFile(specFD, "spec"), os.NewFile(statusFD, "status")
-	defer status.Close()
-
-	var spec taskSpec
-	err := json.NewDecoder(specIn).Decode(&spec)
-	specIn.Close()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: reading the task spec: %v\n", SupervisorCommand, err)
-		sendMessage(status, readyMsg{Error: "supervisor: reading the task spec: " + err.Error()})
-		return 2
-	}
-	deadline := time.Now().Add(spec.Timeout)
-
-	stop := make(chan error, 1)
-	go func() { // lives as long as the process
-		for sig := range sigs {
-			if sig == syscall.SIGHUP {
-				continue // a hang-up is not a stop request
-			}
-			// The provider publishes the stop record before it signals, so
-			// the record says why; a signal without one came from elsewhere
-			// (an operator, a shutdown) and still stops the task.
-			cause := fmt.Errorf("the supervisor was sent %v", sig)
-			if r, err := readStop(dir); err == nil {
-				cause = errors.New(r.Cause)
-			}
-			select {
-			case stop <- cause:
-			default: // one is pending; the first wins
-			}
-		}
-	}()
-
-	select {
-	case c := <-stop:
-		sendMessage(status, readyMsg{Error: "stop requested before the task started: " + c.Error()})
-		return 1
-	default:
-	}
-	self := procIdentity{PID: os.Getpid()}
-	_, _, self.StartTicks, _ = procStat(self.PID)
-	// This process exists for this task only: the task inherits its
-	// limits, with no moment under any other.
-	if err := applyOwnLimits(spec.Limits); err != nil {
-		sendMessage(status, readyMsg{Error: err.Error()})
-		return 1
-	}
-	cmd, out, warn, err := startTask(dir, &spec, os.Stdout, os.Stderr, self, false)
-	if err != nil {
-		sendMessage(status, readyMsg{Error: err.Error()})
-		return 1
-	}
-	ready := readyMsg{PID: cmd.Process.Pid}
-	if warn != nil {
-		ready.StateError = warn.Error()
-	}
-	// The provider may be gone already (or may give up on us, in which case
-	// a stop request follows); the task is supervised either way.
-	sendMessage(status, ready)
-
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).
-		With("component", "computeboard-supervisor", "job", spec.TaskID)
-	rec := supervise(cmd, out, &spec, deadline, stop, notBefore(spec.StartedAt), log)
-	switch err := publishRecord(dir, fileExit, rec); {
-	case errors.Is(err, errRecordExists):
-		// Someone recorded the task before us (an adapter that could not
-		// reach us); theirs stands, and the provider is told it.
-		if disk, err := readExit(dir); err == nil {
-			rec = disk
-		}
-	case err != nil:
-		// The provider, if alive, records what we send it instead.
-		log.Warn("task outcome not recorded", "err", err)
-	}
-	sendMessage(status, rec)
-	return 0
-}
-
-// notBefore is the wall clock, held back to no earlier than start: the
-// supervisor stamps FinishedAt itself, and StartedAt came from the
-// provider's Clock.
-func notBefore(start time.Time) func() time.Time {
-	return func() time.Time {
-		if now := time.Now(); now.After(start) {
-			return now
-		}
-		return start
-	}
-}
-
-// sendMessage writes v as one JSON line. Errors are ignored: the reader
-// may be gone, and nothing the supervisor does depends on being heard.
-func sendMessage(w io.Writer, v any) {
-	b, err := json.Marshal(v)
-	if err == nil {
-		_, _ = w.Write(append(b, '\n'))
-	}
-}
-
-// readMessage reads one JSON line into v.
-func readMessage(r *bufio.Reader, v any) error {
-	line, err := r.ReadBytes('\n')
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(line, v)
-}
+// The supervisor itself (its main, the task spec and the records it
+// writes) is package supervise, which imports nothing outside the
+// standard library; cmd/cb-supervisor is a binary made of it alone. This
+// file is the provider's side of the protocol.
 
 // launchSupervised starts tk's supervisor and waits, bounded by ctx, for it
 // to report the task's process started.
-func (p *Provider) launchSupervised(ctx context.Context, tk *task, spec *taskSpec, stdout, stderr *os.File) error {
+func (p *Provider) launchSupervised(ctx context.Context, tk *task, spec *supervise.Spec, stdout, stderr *os.File) error {
 	specR, specW, err := os.Pipe()
 	if err != nil {
 		return err
@@ -197,7 +36,7 @@ func (p *Provider) launchSupervised(ctx context.Context, tk *task, spec *taskSpe
 		specR.Close()
 		return err
 	}
-	cmd := exec.Command(p.supervisor, SupervisorCommand, tk.dir)
+	cmd := exec.Command(p.supervisor, supervise.Command, tk.dir)
 	cmd.Env = []string{} // the task's environment travels in the spec
 	cmd.Dir = tk.dir
 	cmd.Stdout, cmd.Stderr = stdout, stderr
@@ -253,15 +92,15 @@ func (p *Provider) launchSupervised(ctx context.Context, tk *task, spec *taskSpe
 }
 
 // handshake sends the spec and reads the supervisor's ready line.
-func handshake(specW *os.File, status *bufio.Reader, spec *taskSpec) (readyMsg, error) {
-	var ready readyMsg
+func handshake(specW *os.File, status *bufio.Reader, spec *supervise.Spec) (supervise.Ready, error) {
+	var ready supervise.Ready
 	if err := json.NewEncoder(specW).Encode(spec); err != nil {
 		return ready, fmt.Errorf("sending the task spec: %w", err)
 	}
 	if err := specW.Close(); err != nil {
 		return ready, fmt.Errorf("sending the task spec: %w", err)
 	}
-	if err := readMessage(status, &ready); err != nil {
+	if err := supervise.Receive(status, &ready); err != nil {
 		if errors.Is(err, io.EOF) {
 			return ready, errors.New("exited before starting the task")
 		}
@@ -276,7 +115,7 @@ func handshake(specW *os.File, status *bufio.Reader, spec *taskSpec) (readyMsg, 
 // in the task's stderr (a misconfigured SupervisorPath says why there),
 // for the error message.
 func (p *Provider) abandon(dir string, cmd *exec.Cmd) string {
-	_ = publishRecord(dir, fileStop, stopRecord{Version: recordVersion, Cause: "start abandoned", RequestedAt: time.Now()})
+	_ = supervise.PublishRecord(dir, supervise.FileStop, supervise.StopRecord{Version: supervise.RecordVersion, Cause: "start abandoned", RequestedAt: time.Now()}, false)
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	exited := make(chan struct{})
 	go func() { // ends when the supervisor is reaped: at the latest after the Kill below
@@ -290,7 +129,7 @@ func (p *Provider) abandon(dir string, cmd *exec.Cmd) string {
 		<-exited
 	}
 	why := fmt.Sprintf(" (supervisor %v)", cmd.ProcessState)
-	if b, err := os.ReadFile(filepath.Join(dir, fileStderr)); err == nil && len(b) > 0 {
+	if b, err := os.ReadFile(filepath.Join(dir, supervise.FileStderr)); err == nil && len(b) > 0 {
 		b = bytes.TrimSpace(b[:min(len(b), 512)])
 		why += fmt.Sprintf("; its stderr: %q", b)
 	}
@@ -298,28 +137,36 @@ func (p *Provider) abandon(dir string, cmd *exec.Cmd) string {
 }
 
 // waitSupervised is the waiter's half for a supervised task: it waits for
-// the supervisor to report the outcome and exit, and returns the outcome.
-// A supervisor that dies without reporting (SIGKILLed, say) leaves the task
+// the supervisor to report the outcome, and returns it. The outcome comes
+// down the status pipe the moment the supervisor has published it, before
+// the supervisor syncs it and exits: the supervisor is reaped meanwhile,
+// by a goroutine of its own (counted in p.wg, so Close waits for it). A
+// supervisor that dies without reporting (SIGKILLed, say) leaves the task
 // unobservable, so what is left of it is stopped and the task is recorded
 // lost (cancelled if a stop had been requested), without an exit code.
-func (p *Provider) waitSupervised(tk *task) exitRecord {
-	var rec exitRecord
-	msgErr := readMessage(tk.statusIn, &rec)
+func (p *Provider) waitSupervised(tk *task) supervise.ExitRecord {
+	var rec supervise.ExitRecord
+	msgErr := supervise.Receive(tk.statusIn, &rec)
 	tk.statusPipe.Close()
-	_ = tk.sup.Wait()
-	if msgErr == nil && rec.valid() {
+	if msgErr == nil && rec.Valid() {
+		p.wg.Add(1) // the waiter's own count is held until after this
+		go func() { // ends when the supervisor exits, right after its sync
+			defer p.wg.Done()
+			_ = tk.sup.Wait()
+		}()
 		return rec
 	}
-	if disk, err := readExit(tk.dir); err == nil {
+	_ = tk.sup.Wait()
+	if disk, err := supervise.ReadExit(tk.dir); err == nil {
 		return disk // it recorded the outcome but could not tell us
 	}
-	procs := taskProcs{pgid: tk.pgid, cg: tk.cgroup}
-	if procs.alive() {
-		procs.terminate()
+	procs := supervise.TaskProcs{PGID: tk.pgid, Cgroup: tk.cgroup}
+	if procs.Alive() {
+		procs.Terminate()
 	}
-	if err := drain(context.Background(), procs, p.grace); err != nil {
+	if err := supervise.Drain(context.Background(), procs, p.grace); err != nil {
 		p.log.Warn("task's processes not cleared", "job", tk.id, "err", err)
-	} else if err := tk.cgroup.remove(); err != nil {
+	} else if err := tk.cgroup.Remove(); err != nil {
 		p.log.Warn("task's cgroup not removed; Prune retries", "job", tk.id, "err", err)
 	}
 	st := providers.Status{

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/providers/local/supervise"
 	"github.com/computeboard/computeboard/providers/providertest"
 	"github.com/google/go-cmp/cmp"
 )
@@ -199,11 +200,21 @@ func TestAdapterCrash(t *testing.T) {
 // that process once Start has returned there, and returns the handle.
 func startInDoomedAdapter(t *testing.T, dir string, timeout time.Duration, args ...string) providers.Handle {
 	t.Helper()
+	return startInDoomedAdapterWith(t, dir, "", timeout, args...)
+}
+
+// startInDoomedAdapterWith is startInDoomedAdapter with supervisor binary
+// sup ("": the test binary).
+func startInDoomedAdapterWith(t *testing.T, dir, sup string, timeout time.Duration, args ...string) providers.Handle {
+	t.Helper()
 	id := providertest.TaskID(t)
 	h := providers.Handle{Provider: "local", ID: id}
 	cmdArgs := append([]string{"adapter", dir, id, timeout.String()}, helper(t, args...)...)
 	cmd := exec.Command(testBinary(t), cmdArgs...)
 	cmd.Env = []string{helperEnv + "=1"}
+	if sup != "" {
+		cmd.Env = append(cmd.Env, supervisorEnv+"="+sup)
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
@@ -244,14 +255,14 @@ func startInDoomedAdapter(t *testing.T, dir string, timeout time.Duration, args 
 // killTask SIGKILLs whatever is left of the task in taskDir (its process
 // group and its supervisor), after checking they are still those processes.
 func killTask(taskDir string) {
-	rec, err := readState(taskDir)
+	rec, err := supervise.ReadState(taskDir)
 	if err != nil {
 		return
 	}
-	if rec.identify().leader != 0 {
+	if identify(rec).leader != 0 {
 		_ = syscall.Kill(-rec.PGID, syscall.SIGKILL)
 	}
-	if rec.supervisorAlive() {
+	if supervisorAlive(rec) {
 		_ = syscall.Kill(rec.SupervisorPID, syscall.SIGKILL)
 	}
 }
@@ -259,7 +270,7 @@ func killTask(taskDir string) {
 func waitExitRecord(t *testing.T, taskDir string) {
 	t.Helper()
 	err := providertest.Eventually(t.Context(), func() (bool, error) {
-		return exists(filepath.Join(taskDir, fileExit)), nil
+		return supervise.Exists(filepath.Join(taskDir, supervise.FileExit)), nil
 	})
 	if err != nil {
 		t.Fatalf("waiting for the exit record in %s: %v", taskDir, err)
@@ -357,7 +368,7 @@ func TestArgvIsNotAShellString(t *testing.T) {
 			if got := readFile(t, st.StdoutPath); st.State != providers.StateSucceeded || got != arg {
 				t.Errorf("state %s, stdout %q; want succeeded, %q", st.State, got, arg)
 			}
-			if exists(filepath.Join(dir, task.ID, fileWork, "pwned")) {
+			if supervise.Exists(filepath.Join(dir, task.ID, supervise.FileWork, "pwned")) {
 				t.Errorf("an argument was run as a command")
 			}
 		})
@@ -384,7 +395,7 @@ func TestSupervisorHandshakeFails(t *testing.T) {
 			t.Fatalf("Start = %v, nil; want an error", h)
 		}
 		t.Logf("Start: %v", err)
-		if exists(filepath.Join(dir, task.ID)) {
+		if supervise.Exists(filepath.Join(dir, task.ID)) {
 			t.Errorf("task directory left behind: the ID cannot be retried")
 		}
 	})
@@ -403,7 +414,7 @@ func TestSupervisorHandshakeFails(t *testing.T) {
 			if !errors.Is(err, os.ErrNotExist) && (err == nil || !strings.Contains(err.Error(), "no such file")) {
 				t.Fatalf("Start: %v, want no such file", err)
 			}
-			if exists(filepath.Join(dir, task.ID)) {
+			if supervise.Exists(filepath.Join(dir, task.ID)) {
 				t.Errorf("task directory left behind: the ID cannot be retried")
 			}
 		})
@@ -423,7 +434,7 @@ func TestSupervisorHandshakeFails(t *testing.T) {
 		if _, err := p.Start(t.Context(), task); err == nil {
 			t.Fatal("Start succeeded with a supervisor that died before reporting ready")
 		}
-		if !exists(filepath.Join(dir, task.ID)) {
+		if !supervise.Exists(filepath.Join(dir, task.ID)) {
 			t.Fatal("task directory removed although its state was recorded")
 		}
 		h := providers.Handle{Provider: "local", ID: task.ID}
@@ -448,7 +459,7 @@ func TestSupervisorHandshakeFails(t *testing.T) {
 			t.Fatalf("Start = %v, %v; want a deadline error", h, err)
 		}
 		t.Logf("Start: %v", err)
-		if exists(filepath.Join(dir, task.ID)) {
+		if supervise.Exists(filepath.Join(dir, task.ID)) {
 			t.Errorf("task directory left behind: the ID cannot be retried")
 		}
 	})
@@ -466,7 +477,7 @@ func TestPublishRecordFirstWins(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			code := i
-			errs[i] = publishRecord(dir, fileExit, exitRecord{Version: recordVersion, State: providers.StateFailed, ExitCode: &code})
+			errs[i] = supervise.PublishRecord(dir, supervise.FileExit, supervise.ExitRecord{Version: supervise.RecordVersion, State: supervise.StateFailed, ExitCode: &code}, true)
 		})
 	}
 	wg.Wait()
@@ -477,11 +488,11 @@ func TestPublishRecordFirstWins(t *testing.T) {
 			t.Errorf("writers %d and %d both won", winner, i)
 		case err == nil:
 			winner = i
-		case !errors.Is(err, errRecordExists):
+		case !errors.Is(err, supervise.ErrRecordExists):
 			t.Errorf("writer %d: %v", i, err)
 		}
 	}
-	rec, err := readExit(dir)
+	rec, err := supervise.ReadExit(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/providers/local/supervise"
 )
 
 // task is one task started by this Provider instance. Its process is
@@ -23,15 +24,15 @@ import (
 type task struct {
 	id        string
 	dir       string
-	pgid      int       // the task's process group: its leader's pid
-	cgroup    cgroupSet // the task's cgroup; nil: unconfined
+	pgid      int                 // the task's process group: its leader's pid
+	cgroup    supervise.CgroupSet // the task's cgroup; nil: unconfined
 	startedAt time.Time
 
 	// Without a supervisor: the task's own process, and what supervise
 	// needs to watch it in the waiter goroutine.
 	cmd      *exec.Cmd
-	out      *capture
-	spec     *taskSpec
+	out      *supervise.Capture
+	spec     *supervise.Spec
 	deadline time.Time
 	stopc    chan error // capacity 1; receives the first stop cause
 
@@ -79,7 +80,7 @@ func (p *Provider) launch(ctx context.Context, t providers.Task, acct account) (
 		// a handshake cut short can come after that, and the directory is
 		// then the only evidence that the task ran.
 		if err != nil {
-			if _, serr := os.Stat(filepath.Join(dir, fileState)); errors.Is(serr, fs.ErrNotExist) {
+			if _, serr := os.Stat(filepath.Join(dir, supervise.FileState)); errors.Is(serr, fs.ErrNotExist) {
 				os.RemoveAll(dir)
 			}
 		}
@@ -89,11 +90,11 @@ func (p *Provider) launch(ctx context.Context, t providers.Task, acct account) (
 			return nil, err
 		}
 	}
-	work := filepath.Join(dir, fileWork)
+	work := filepath.Join(dir, supervise.FileWork)
 	if err := os.Mkdir(work, 0o700); err != nil {
 		return nil, err
 	}
-	payload := filepath.Join(dir, filePayload)
+	payload := filepath.Join(dir, supervise.FilePayload)
 	if err := os.WriteFile(payload, t.Payload, 0o600); err != nil {
 		return nil, err
 	}
@@ -106,11 +107,11 @@ func (p *Provider) launch(ctx context.Context, t providers.Task, acct account) (
 			}
 		}
 	}
-	stdout, err := createOutput(dir, fileStdout)
+	stdout, err := createOutput(dir, supervise.FileStdout)
 	if err != nil {
 		return nil, err
 	}
-	stderr, err := createOutput(dir, fileStderr)
+	stderr, err := createOutput(dir, supervise.FileStderr)
 	if err != nil {
 		stdout.Close()
 		return nil, err
@@ -129,7 +130,7 @@ func (p *Provider) launch(ctx context.Context, t providers.Task, acct account) (
 	if cwd == "" {
 		cwd = work
 	}
-	spec := &taskSpec{
+	spec := &supervise.Spec{
 		Provider: p.name, TaskID: t.ID, Argv: t.Argv, Env: p.environ(t, payload, work, acct), Cwd: cwd,
 		Timeout: t.Timeout, KillGrace: p.grace, StartedAt: p.clock.Now(), Labels: t.Labels,
 		Credential: acct.credential(), Limits: p.limits, MaxOutput: p.maxOutput,
@@ -147,7 +148,7 @@ func (p *Provider) launch(ctx context.Context, t providers.Task, acct account) (
 	}
 	deadline := time.Now().Add(t.Timeout)
 	handedOver = true
-	cmd, out, warn, err := startTask(dir, spec, stdout, stderr, procIdentity{}, true)
+	cmd, out, warn, err := supervise.Start(dir, spec, stdout, stderr, supervise.ProcIdentity{}, true)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +183,8 @@ func (tk *task) requestStop(cause error) {
 		// The record first: the supervisor reads it when the signal comes.
 		// Should it fail, the signal alone still stops the task (cancelled,
 		// with a vaguer reason).
-		_ = publishRecord(tk.dir, fileStop, stopRecord{Version: recordVersion, Cause: cause.Error(), RequestedAt: time.Now()})
+		// Not synced: only the live supervisor reads it (see stopViaSupervisor).
+		_ = supervise.PublishRecord(tk.dir, supervise.FileStop, supervise.StopRecord{Version: supervise.RecordVersion, Cause: cause.Error(), RequestedAt: time.Now()}, false)
 		// A pidfd-backed handle: never another process, even once reaped.
 		_ = tk.sup.Process.Signal(syscall.SIGTERM)
 	})
@@ -200,13 +202,13 @@ func (tk *task) stopCause() error {
 // watching it, or its supervisor), publishes the outcome and releases the
 // slot. It ends within about 2×KillGrace of a stop or timeout.
 func (p *Provider) wait(tk *task) {
-	var rec exitRecord
+	var rec supervise.ExitRecord
 	if tk.sup != nil {
 		rec = p.waitSupervised(tk)
 	} else {
-		rec = supervise(tk.cmd, tk.out, tk.spec, tk.deadline, tk.stopc, p.clock.Now, p.log.With("job", tk.id))
+		rec = supervise.Supervise(tk.cmd, tk.out, tk.spec, tk.deadline, tk.stopc, p.clock.Now, p.log.With("job", tk.id))
 	}
-	st, recorded := p.settle(tk.id, tk.dir, rec)
+	st, recorded, published := p.settle(tk.id, tk.dir, rec)
 	p.mu.Lock()
 	tk.final = &st
 	p.running--
@@ -219,6 +221,13 @@ func (p *Provider) wait(tk *task) {
 	// it could not be put there, kept in memory).
 	p.notices.Send(providers.Handle{Provider: p.name, ID: tk.id})
 	p.log.Debug("task ended", "job", tk.id, "state", st.State, "error", st.Error)
+	if published {
+		// Synced after the notice, not before: see supervise.SyncPublished
+		// for why an outcome need not be durable before it is reported.
+		if err := supervise.SyncPublished(tk.dir, supervise.FileExit); err != nil {
+			p.log.Warn("task outcome not synced", "job", tk.id, "err", err)
+		}
+	}
 }
 
 // settle publishes rec as the task's exit record unless one is there
@@ -227,19 +236,26 @@ func (p *Provider) wait(tk *task) {
 // another adapter that stopped the task), so that every instance reports
 // the same outcome. recorded is false when the outcome could not be put on
 // disk; it is then kept in memory, and only a restarted adapter loses it.
-func (p *Provider) settle(id, dir string, rec exitRecord) (st providers.Status, recorded bool) {
-	err := publishRecord(dir, fileExit, rec)
-	if errors.Is(err, errRecordExists) {
-		var disk exitRecord
-		if disk, err = readExit(dir); err == nil {
-			return disk.status(dir), true
+// published is true when this call published it, unsynced (the caller
+// syncs it once the end is announced).
+func (p *Provider) settle(id, dir string, rec supervise.ExitRecord) (st providers.Status, recorded, published bool) {
+	// A supervisor has published the outcome before it reported it (the
+	// usual case): read, not written again.
+	if disk, err := supervise.ReadExit(dir); err == nil {
+		return exitStatus(disk, dir), true, false
+	}
+	err := supervise.PublishRecord(dir, supervise.FileExit, rec, false)
+	if errors.Is(err, supervise.ErrRecordExists) {
+		var disk supervise.ExitRecord
+		if disk, err = supervise.ReadExit(dir); err == nil {
+			return exitStatus(disk, dir), true, false
 		}
 	}
 	if err != nil {
 		p.log.Warn("task outcome not recorded; a restarted adapter will report it lost", "job", id, "err", err)
-		return rec.status(dir), false
+		return exitStatus(rec, dir), false, false
 	}
-	return rec.status(dir), true
+	return exitStatus(rec, dir), true, true
 }
 
 // status is the task's current Status. The caller holds Provider.mu.
@@ -251,7 +267,7 @@ func (tk *task) status() providers.Status {
 		State:      providers.StateRunning,
 		Suspended:  tk.suspended,
 		StartedAt:  tk.startedAt,
-		StdoutPath: filepath.Join(tk.dir, fileStdout),
-		StderrPath: filepath.Join(tk.dir, fileStderr),
+		StdoutPath: filepath.Join(tk.dir, supervise.FileStdout),
+		StderrPath: filepath.Join(tk.dir, supervise.FileStderr),
 	}
 }

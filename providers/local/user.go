@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/providers/local/supervise"
 )
 
 // account is who a task runs as.
@@ -25,28 +26,13 @@ type account struct {
 	switchTo bool
 }
 
-// credential is an account as the taskSpec carries it to the process that
+// credential is a as the task's Spec carries it to the process that
 // starts the task: only set when that process must switch to it.
-type credential struct {
-	UID    uint32   `json:"uid"`
-	GID    uint32   `json:"gid"`
-	Groups []uint32 `json:"groups"`
-}
-
-func (a account) credential() *credential {
+func (a account) credential() *supervise.Credential {
 	if !a.switchTo {
 		return nil
 	}
-	return &credential{UID: a.uid, GID: a.gid, Groups: slices.Clone(a.groups)}
-}
-
-func (c *credential) sys() *syscall.Credential {
-	if c == nil {
-		return nil
-	}
-	// Groups is never nil here, so the child calls setgroups(2) and keeps
-	// none of the provider's supplementary groups.
-	return &syscall.Credential{Uid: c.UID, Gid: c.GID, Groups: append([]uint32{}, c.Groups...)}
+	return &supervise.Credential{UID: a.uid, GID: a.gid, Groups: slices.Clone(a.groups)}
 }
 
 // errRoot: the task would run as root, and Config.AllowRoot is not set.

@@ -1,13 +1,13 @@
 //go:build !linux
 
-package local
+package supervise
 
 // Resource limits are applied on Linux only; elsewhere tasks run under the
 // provider's own limits.
 const (
-	rlimitNOFILE = 7
-	rlimitNPROC  = 6
-	rlimitCORE   = 4
+	RlimitNOFILE = 7
+	RlimitNPROC  = 6
+	RlimitCORE   = 4
 )
 
-func setLimit(int, rlimit) error { return nil }
+func setLimit(int, Rlimit) error { return nil }

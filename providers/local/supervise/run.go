@@ -1,4 +1,4 @@
-package local
+package supervise
 
 import (
 	"context"
@@ -10,63 +10,33 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
-
-	"github.com/computeboard/computeboard/providers"
 )
 
-// taskSpec is everything needed to run a task's process and record it:
-// the provider builds it in Start and either runs it itself or hands it to
-// a supervisor as JSON. Argv and Env are lists, never a shell string.
-type taskSpec struct {
-	Provider  string            `json:"provider"`
-	TaskID    string            `json:"task_id"`
-	Argv      []string          `json:"argv"`
-	Env       []string          `json:"env"`
-	Cwd       string            `json:"cwd"`
-	Timeout   time.Duration     `json:"timeout,omitempty"`
-	KillGrace time.Duration     `json:"kill_grace"`
-	StartedAt time.Time         `json:"started_at"`
-	Labels    map[string]string `json:"labels,omitempty"`
-	// Credential is the user the task's process switches to; nil runs it
-	// as the process that starts it.
-	Credential *credential `json:"credential,omitempty"`
-	// Limits are set on the task's process before it runs (after, for a
-	// task watched in-process; see applyChildLimits).
-	Limits []rlimit `json:"limits,omitempty"`
-	// MaxOutput caps each of stdout and stderr, in bytes; negative: no
-	// cap; zero: the default.
-	MaxOutput int64 `json:"max_output"`
-	// Cgroup is the cgroup the task's process starts in; nil: unconfined.
-	Cgroup *taskCgroup `json:"cgroup,omitempty"`
-}
+// ErrTimedOut is the stop cause of a task that ran past its Timeout.
+var ErrTimedOut = errors.New("timed out")
 
-// procIdentity names one process for as long as it lives: pid plus its
-// start time in clock ticks after boot. Zero means none.
-type procIdentity struct {
-	PID        int
-	StartTicks uint64
-}
+// ErrBadArgv: the Spec's argv[0] is missing or not an absolute path.
+var ErrBadArgv = errors.New("argv[0] must be an absolute path")
 
-// startTask starts spec's process in a new process group and in its
-// cgroup (spec.Cgroup, made here; see startIn), as spec's user,
-// with its stdout and stderr captured into the given files (see capture;
-// when inProcess, the capture takes the files over and closes them), and
-// records its identity (and sup's, the supervisor's, when it has one) in
-// dir/state. The process runs even if the record cannot be written; warn
-// says so.
+// Start starts spec's process in a new process group and in its cgroup
+// (spec.Cgroup, made here; see StartIn), as spec's user, with its stdout
+// and stderr captured into the given files (when inProcess, the capture
+// takes the files over and closes them), and records its identity (and
+// sup's, the supervisor's, when it has one) in dir/state. The process
+// runs even if the record cannot be written; warn says so.
 //
 // A supervisor has set spec.Limits on itself already, for the task to
 // inherit. For a task watched in-process (inProcess) they are set right
 // after it starts, which leaves it a moment under the provider's own
 // limits, and needs CAP_SYS_RESOURCE when the task runs as another user:
 // without it the task runs under the provider's limits, and warn says so.
-func startTask(dir string, spec *taskSpec, stdout, stderr *os.File, sup procIdentity, inProcess bool) (cmd *exec.Cmd, out *capture, warn, err error) {
+func Start(dir string, spec *Spec, stdout, stderr *os.File, sup ProcIdentity, inProcess bool) (cmd *exec.Cmd, out *Capture, warn, err error) {
 	if len(spec.Argv) == 0 || !filepath.IsAbs(spec.Argv[0]) {
 		if inProcess {
 			stdout.Close()
 			stderr.Close()
 		}
-		return nil, nil, nil, fmt.Errorf("%w: argv[0] must be an absolute path", providers.ErrInvalidTask)
+		return nil, nil, nil, ErrBadArgv
 	}
 	limit := spec.MaxOutput
 	if limit == 0 {
@@ -90,12 +60,12 @@ func startTask(dir string, spec *taskSpec, stdout, stderr *os.File, sup procIden
 		setLimits = nil
 	}
 	if spec.Cgroup != nil {
-		err = spec.Cgroup.create()
+		err = spec.Cgroup.Create()
 	}
 	if err == nil {
-		err = startIn(cmd, spec.Cgroup, setLimits)
+		err = StartIn(cmd, spec.Cgroup, setLimits)
 		if err != nil && spec.Cgroup != nil {
-			_ = spec.Cgroup.Dirs.remove()
+			_ = spec.Cgroup.Dirs.Remove()
 		}
 	}
 	pipes[0].Close() // the task has its own copies
@@ -107,26 +77,35 @@ func startTask(dir string, spec *taskSpec, stdout, stderr *os.File, sup procIden
 	if lerr != nil {
 		warn = fmt.Errorf("resource limits not applied; the task runs under the provider's own (set SupervisorPath, whose supervisor applies them without CAP_SYS_RESOURCE): %w", lerr)
 	}
-	rec := stateRecord{
-		Version: recordVersion, Provider: spec.Provider, TaskID: spec.TaskID,
+	rec := StateRecord{
+		Version: RecordVersion, Provider: spec.Provider, TaskID: spec.TaskID,
 		PID: cmd.Process.Pid, PGID: cmd.Process.Pid, StartedAt: spec.StartedAt, Labels: spec.Labels,
 		SupervisorPID: sup.PID, SupervisorStartTicks: sup.StartTicks,
 	}
 	if spec.Cgroup != nil {
 		rec.Cgroups = spec.Cgroup.Dirs
 	}
-	// The child is not reaped before supervise runs, so /proc/<pid> is there.
-	if _, _, ticks, err := procStat(rec.PID); err == nil {
+	// The child is not reaped before Supervise runs, so /proc/<pid> is there.
+	if _, _, ticks, err := ProcStat(rec.PID); err == nil {
 		rec.StartTicks = ticks
 	}
-	rec.BootID, _ = bootID()
-	if serr := writeRecord(dir, fileState, rec); serr != nil {
+	rec.BootID, _ = BootID()
+	// Durable (synced) before anyone hears that the task started: the
+	// state record is the evidence that it did. A restarted adapter that
+	// finds a task directory without one reports "never started"
+	// (providers.ErrUnknownHandle), on which the agent puts the job back in
+	// the queue and runs it again; so if the machine lost power right
+	// after Start was reported and the record had not reached the disk, a
+	// task that ran would run a second time. With it on disk the task is
+	// reported lost instead (the boot ID differs), and only requeue_lost
+	// runs it again. This is the one fsync left on the start path.
+	if serr := syncRecord(dir, FileState, rec); serr != nil {
 		warn = errors.Join(warn, fmt.Errorf("task state not recorded; a restarted adapter will report it lost: %w", serr))
 	}
 	return cmd, out, warn, nil
 }
 
-// supervise watches a started task process until it, and every other
+// Supervise watches a started task process until it, and every other
 // process of its group and cgroup, has ended, and returns the task's
 // outcome. It stops the task (SIGTERM and SIGCONT to the group and the
 // cgroup, SIGKILL to both after KillGrace) when a cause arrives on stop or
@@ -139,10 +118,10 @@ func startTask(dir string, spec *taskSpec, stdout, stderr *os.File, sup procIden
 // It runs in the provider's waiter goroutine when there is no supervisor,
 // and in the supervisor process otherwise; either way it is the one place
 // that turns a wait status into an outcome.
-func supervise(cmd *exec.Cmd, out *capture, spec *taskSpec, deadline time.Time, stop <-chan error, now func() time.Time, log *slog.Logger) exitRecord {
-	procs := taskProcs{pgid: cmd.Process.Pid} // Setpgid makes a group named after the leader
+func Supervise(cmd *exec.Cmd, out *Capture, spec *Spec, deadline time.Time, stop <-chan error, now func() time.Time, log *slog.Logger) ExitRecord {
+	procs := TaskProcs{PGID: cmd.Process.Pid} // Setpgid makes a group named after the leader
 	if spec.Cgroup != nil {
-		procs.cg = spec.Cgroup.Dirs
+		procs.Cgroup = spec.Cgroup.Dirs
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }() // ends when the leader is reaped
@@ -164,7 +143,7 @@ func supervise(cmd *exec.Cmd, out *capture, spec *taskSpec, deadline time.Time, 
 			return
 		}
 		cause, askedAt = c, time.Now()
-		procs.terminate() // the leader is not reaped yet, so the group is ours
+		procs.Terminate() // the leader is not reaped yet, so the group is ours
 		t := time.NewTimer(spec.KillGrace)
 		kill = t.C
 	}
@@ -175,9 +154,9 @@ func supervise(cmd *exec.Cmd, out *capture, spec *taskSpec, deadline time.Time, 
 		case c := <-stop:
 			ask(c)
 		case <-timeout:
-			ask(errTimedOut)
+			ask(ErrTimedOut)
 		case <-kill:
-			procs.kill()
+			procs.Kill()
 			kill = nil
 		}
 	}
@@ -185,28 +164,28 @@ func supervise(cmd *exec.Cmd, out *capture, spec *taskSpec, deadline time.Time, 
 	grace := spec.KillGrace
 	if cause != nil {
 		grace -= time.Since(askedAt) // the group's grace started when we asked
-	} else if procs.alive() {
-		procs.terminate() // it ended on its own but left processes behind
+	} else if procs.Alive() {
+		procs.Terminate() // it ended on its own but left processes behind
 	}
 	// The leader is reaped, so the group ID could in principle be reused by
 	// a new group; Linux does not hand out a pid while a group of that ID
 	// has members, which leaves only the instant after the last one exits.
-	drained := drain(context.Background(), procs, grace)
+	drained := Drain(context.Background(), procs, grace)
 	if drained != nil {
 		log.Warn("task's processes not cleared", "err", drained)
 	}
-	st := outcome(cmd.ProcessState, waitErr, cause, spec.Timeout)
+	rec := outcome(cmd.ProcessState, waitErr, cause, spec.Timeout)
 	if spec.Cgroup != nil {
-		oomOutcome(&st, cmd.ProcessState, procs.cg, spec.Cgroup.MemoryBytes)
+		oomOutcome(&rec, cmd.ProcessState, procs.Cgroup, spec.Cgroup.MemoryBytes)
 		if drained == nil {
-			if err := procs.cg.remove(); err != nil {
+			if err := procs.Cgroup.Remove(); err != nil {
 				log.Warn("task's cgroup not removed; Prune retries", "err", err)
 			}
 		}
 	}
-	st.StdoutDropped, st.StderrDropped = out.wait(spec.KillGrace)
-	st.StartedAt, st.FinishedAt = spec.StartedAt, now()
-	return exitRecordOf(st)
+	rec.StdoutDropped, rec.StderrDropped = out.wait(spec.KillGrace)
+	rec.StartedAt, rec.FinishedAt = spec.StartedAt, now()
+	return rec
 }
 
 // oomOutcome marks a failed task OOMKilled when the kernel's OOM killer
@@ -215,11 +194,11 @@ func supervise(cmd *exec.Cmd, out *capture, spec *taskSpec, deadline time.Time, 
 // kernel too old to count them (before 4.13) is taken at its word when
 // the task hit its limit and its leader died of SIGKILL. A task stopped
 // or timed out keeps that cause.
-func oomOutcome(st *providers.Status, ps *os.ProcessState, cg cgroupSet, limit int64) {
-	if st.State != providers.StateFailed || st.TimedOut {
+func oomOutcome(rec *ExitRecord, ps *os.ProcessState, cg CgroupSet, limit int64) {
+	if rec.State != StateFailed || rec.TimedOut {
 		return
 	}
-	kills, known, hits := cg.oomKills()
+	kills, known, hits := cg.OOMKills()
 	if !known && hits > 0 && ps != nil {
 		if ws, _ := ps.Sys().(syscall.WaitStatus); ws.Signaled() && ws.Signal() == syscall.SIGKILL {
 			kills = 1
@@ -228,88 +207,86 @@ func oomOutcome(st *providers.Status, ps *os.ProcessState, cg cgroupSet, limit i
 	if kills == 0 {
 		return
 	}
-	st.OOMKilled = true
+	rec.OOMKilled = true
 	what := "its memory limit"
 	if limit > 0 {
 		what = fmt.Sprintf("its memory limit of %d bytes", limit)
 	}
-	st.Error = fmt.Sprintf("out of memory: the kernel killed the task for going over %s (%s)", what, st.Error)
+	rec.Error = fmt.Sprintf("out of memory: the kernel killed the task for going over %s (%s)", what, rec.Error)
 }
 
 // outcome classifies how a task ended. cause is non-nil only when we
 // signalled it (stop, close, timeout).
-func outcome(ps *os.ProcessState, waitErr, cause error, timeout time.Duration) providers.Status {
-	var st providers.Status
+func outcome(ps *os.ProcessState, waitErr, cause error, timeout time.Duration) ExitRecord {
+	rec := ExitRecord{Version: RecordVersion}
 	var ws syscall.WaitStatus
 	if ps != nil {
 		ws, _ = ps.Sys().(syscall.WaitStatus)
 		if ps.Exited() {
 			code := ps.ExitCode()
-			st.ExitCode = &code
+			rec.ExitCode = &code
 		}
 	}
 	switch {
-	case errors.Is(cause, errTimedOut):
-		st.State, st.TimedOut = providers.StateFailed, true
-		st.Error = fmt.Sprintf("timeout: ran longer than %v", timeout)
+	case errors.Is(cause, ErrTimedOut):
+		rec.State, rec.TimedOut = StateFailed, true
+		rec.Error = fmt.Sprintf("timeout: ran longer than %v", timeout)
 	case cause != nil:
-		st.State, st.Error = providers.StateCancelled, cause.Error()
+		rec.State, rec.Error = StateCancelled, cause.Error()
 	case ps == nil:
-		st.State, st.Error = providers.StateFailed, fmt.Sprintf("wait: %v", waitErr)
+		rec.State, rec.Error = StateFailed, fmt.Sprintf("wait: %v", waitErr)
 	case ps.Success():
-		st.State = providers.StateSucceeded
+		rec.State = StateSucceeded
 	case ws.Signaled():
-		st.State, st.Error = providers.StateFailed, "killed by signal: "+ws.Signal().String()
+		rec.State, rec.Error = StateFailed, "killed by signal: "+ws.Signal().String()
 	default:
-		st.State, st.Error = providers.StateFailed, ps.String()
+		rec.State, rec.Error = StateFailed, ps.String()
 	}
-	return st
+	return rec
 }
 
-// taskProcs is every process of a task: its process group and, when it
+// TaskProcs is every process of a task: its process group and, when it
 // is confined, its cgroup, which also holds those that left the group
 // (setsid, a double fork into a new group).
-type taskProcs struct {
-	pgid int       // 0: none (only the cgroup is left to clear)
-	cg   cgroupSet // nil: unconfined
+type TaskProcs struct {
+	PGID   int       // 0: none (only the cgroup is left to clear)
+	Cgroup CgroupSet // nil: unconfined
 }
 
-func (tp taskProcs) alive() bool { return tp.pgid > 0 && groupAlive(tp.pgid) || tp.cg.alive() }
+// Alive reports whether any process of the task is alive.
+func (tp TaskProcs) Alive() bool { return tp.PGID > 0 && GroupAlive(tp.PGID) || tp.Cgroup.Alive() }
 
-// terminate asks every process of the task to end.
-func (tp taskProcs) terminate() {
-	if tp.pgid > 0 {
-		terminate(tp.pgid)
+// Terminate asks every process of the task to end. SIGCONT follows
+// SIGTERM so that a suspended task can act on it.
+func (tp TaskProcs) Terminate() {
+	if tp.PGID > 0 {
+		_ = syscall.Kill(-tp.PGID, syscall.SIGTERM)
+		_ = syscall.Kill(-tp.PGID, syscall.SIGCONT)
 	}
-	tp.cg.signal(syscall.SIGTERM)
-	tp.cg.signal(syscall.SIGCONT)
+	tp.Cgroup.Signal(syscall.SIGTERM)
+	tp.Cgroup.Signal(syscall.SIGCONT)
 }
 
-// kill kills every process of the task.
-func (tp taskProcs) kill() {
-	if tp.pgid > 0 {
-		_ = syscall.Kill(-tp.pgid, syscall.SIGKILL)
+// Kill kills every process of the task.
+func (tp TaskProcs) Kill() {
+	if tp.PGID > 0 {
+		_ = syscall.Kill(-tp.PGID, syscall.SIGKILL)
 	}
-	tp.cg.kill()
-}
-
-// terminate asks every process in the group to end. SIGCONT follows
-// SIGTERM so that a suspended group can act on it.
-func terminate(pgid int) {
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	_ = syscall.Kill(-pgid, syscall.SIGCONT)
+	tp.Cgroup.Kill()
 }
 
 // errSurvivors: processes outlived SIGKILL (stuck in the kernel, say).
 var errSurvivors = errors.New("processes of the task survived SIGKILL")
 
-// drain waits until no process of the task is alive, killing them all
+// Drain waits until no process of the task is alive, killing them all
 // once grace has passed, then waiting up to grace (at least a second)
 // more; the cgroup is killed again on every tick meanwhile, for kills
 // that cannot freeze it first. It polls because neither a process group
-// nor a cgroup can be waited on.
-func drain(ctx context.Context, tp taskProcs, grace time.Duration) error {
-	if !tp.alive() {
+// nor a cgroup can be waited on. (It returns at once for a task whose
+// processes are all gone, the common case: a leader that ended on its
+// own with nothing left behind.)
+func Drain(ctx context.Context, tp TaskProcs, grace time.Duration) error {
+	if !tp.Alive() {
 		return nil
 	}
 	deadline := time.NewTimer(max(grace, 0))
@@ -317,18 +294,18 @@ func drain(ctx context.Context, tp taskProcs, grace time.Duration) error {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	killed := false
-	for tp.alive() {
+	for tp.Alive() {
 		select {
 		case <-deadline.C:
 			if killed {
 				return errSurvivors
 			}
-			tp.kill()
+			tp.Kill()
 			killed = true
 			deadline.Reset(max(grace, time.Second))
 		case <-tick.C:
 			if killed {
-				tp.cg.kill()
+				tp.Cgroup.Kill()
 			}
 		case <-ctx.Done():
 			return context.Cause(ctx)

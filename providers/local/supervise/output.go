@@ -1,4 +1,4 @@
-package local
+package supervise
 
 import (
 	"io"
@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// capture copies a task's stdout and stderr from pipes into their files,
+// Capture copies a task's stdout and stderr from pipes into their files,
 // each up to a cap; what comes past the cap is read (so the task never
 // blocks on a full pipe) and counted, not kept. It runs wherever the task
 // is watched: in the supervisor, so the cap holds while no adapter runs,
@@ -15,7 +15,7 @@ import (
 // A cap on the files themselves (RLIMIT_FSIZE) would cap every file the
 // task writes, and kill it with SIGXFSZ at the cap; a pipe caps only the
 // two streams and leaves the task alone.
-type capture struct {
+type Capture struct {
 	pipes   [2]*os.File // read ends; closed by the copiers, or by stop
 	done    [2]chan struct{}
 	dropped [2]int64 // written by copier i before done[i] is closed
@@ -27,8 +27,8 @@ type capture struct {
 // has started. Each copier ends at EOF (every process holding the write end
 // has closed it or exited) or when stop closes its pipe, and closes
 // files[i] if own is set.
-func startCapture(files [2]*os.File, limit int64, own bool) (c *capture, writeEnds [2]*os.File, err error) {
-	c = &capture{}
+func startCapture(files [2]*os.File, limit int64, own bool) (c *Capture, writeEnds [2]*os.File, err error) {
+	c = &Capture{}
 	for i := range 2 {
 		r, w, err := os.Pipe()
 		if err != nil {
@@ -92,7 +92,7 @@ func copyCapped(w io.Writer, r io.Reader, limit int64) (dropped int64) {
 // session, say) can hold them open for ever, so after grace the pipes are
 // closed, and such a process's later output is lost (it gets EPIPE). It
 // returns the dropped byte counts of stdout and stderr.
-func (c *capture) wait(grace time.Duration) (stdout, stderr int64) {
+func (c *Capture) wait(grace time.Duration) (stdout, stderr int64) {
 	t := time.NewTimer(max(grace, 0))
 	defer t.Stop()
 	for i := range 2 {
@@ -107,7 +107,7 @@ func (c *capture) wait(grace time.Duration) (stdout, stderr int64) {
 }
 
 // stop ends the copiers: a Read in progress returns os.ErrClosed.
-func (c *capture) stop() {
+func (c *Capture) stop() {
 	for _, p := range c.pipes {
 		_ = p.Close() // a second Close (the copier's own) just fails
 	}

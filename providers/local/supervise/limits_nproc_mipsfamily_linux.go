@@ -1,5 +1,5 @@
 //go:build linux && (mips || mipsle || mips64 || mips64le)
 
-package local
+package supervise
 
-const rlimitNPROC = 0x8
+const RlimitNPROC = 0x8

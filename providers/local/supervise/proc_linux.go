@@ -1,4 +1,4 @@
-package local
+package supervise
 
 import (
 	"bytes"
@@ -10,9 +10,9 @@ import (
 	"syscall"
 )
 
-// procStat reads a process's state letter, process group and start time
+// ProcStat reads a process's state letter, process group and start time
 // (clock ticks after boot) from /proc/<pid>/stat.
-func procStat(pid int) (state byte, pgrp int, startTicks uint64, err error) {
+func ProcStat(pid int) (state byte, pgrp int, startTicks uint64, err error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0, 0, 0, err
@@ -37,21 +37,21 @@ func procStat(pid int) (state byte, pgrp int, startTicks uint64, err error) {
 	return f[0][0], pgrp, startTicks, nil
 }
 
-// bootID names the current boot, so records from before a reboot never
+// BootID names the current boot, so records from before a reboot never
 // match a live process.
-func bootID() (string, error) {
+func BootID() (string, error) {
 	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	return strings.TrimSpace(string(b)), err
 }
 
-// dead reports whether a /proc state letter means the process has exited
+// Dead reports whether a /proc state letter means the process has exited
 // (a zombie waits only for its parent to reap it).
-func dead(state byte) bool { return state == 'Z' || state == 'X' || state == 'x' }
+func Dead(state byte) bool { return state == 'Z' || state == 'X' || state == 'x' }
 
-// groupAlive reports whether any live (non-zombie) process is in process
+// GroupAlive reports whether any live (non-zombie) process is in process
 // group pgid. Zombies are skipped because an orphan that exits is reaped
 // by PID 1, and in containers PID 1 may never do it.
-func groupAlive(pgid int) bool {
+func GroupAlive(pgid int) bool {
 	if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
 		return false
 	}
@@ -64,7 +64,7 @@ func groupAlive(pgid int) bool {
 		if err != nil {
 			continue
 		}
-		if st, pg, _, err := procStat(pid); err == nil && pg == pgid && !dead(st) {
+		if st, pg, _, err := ProcStat(pid); err == nil && pg == pgid && !Dead(st) {
 			return true
 		}
 	}

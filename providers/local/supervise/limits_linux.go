@@ -1,4 +1,4 @@
-package local
+package supervise
 
 import (
 	"syscall"
@@ -6,13 +6,13 @@ import (
 )
 
 const (
-	rlimitNOFILE = syscall.RLIMIT_NOFILE
-	rlimitCORE   = syscall.RLIMIT_CORE
+	RlimitNOFILE = syscall.RLIMIT_NOFILE
+	RlimitCORE   = syscall.RLIMIT_CORE
 )
 
 // setLimit sets one limit of process pid (0: this process) to l.Value, soft
 // and hard, capped at this process's own hard limit.
-func setLimit(pid int, l rlimit) error {
+func setLimit(pid int, l Rlimit) error {
 	var own syscall.Rlimit
 	if err := syscall.Getrlimit(l.Resource, &own); err != nil {
 		return err
