@@ -42,8 +42,23 @@ func Start(dir string, spec *Spec, stdout, stderr *os.File, sup ProcIdentity, in
 	if limit == 0 {
 		limit = DefaultMaxOutputBytes // a spec from a provider that did not say
 	}
+	// No start without evidence: room for the state record is taken
+	// before the task starts, so a full (or read-only) work directory
+	// fails the start cleanly (the job goes back to the queue to run
+	// elsewhere) rather than leaving a task that runs with no record a
+	// restarted adapter could find (issue 11, defect 2).
+	reserve := filepath.Join(dir, FileState+".reserve")
+	if rerr := os.WriteFile(reserve, make([]byte, stateReserve), 0o600); rerr != nil {
+		_ = os.Remove(reserve)
+		if inProcess {
+			stdout.Close()
+			stderr.Close()
+		}
+		return nil, nil, nil, fmt.Errorf("no room for the task's state record, so it was not started: %w", rerr)
+	}
 	out, pipes, err := startCapture([2]*os.File{stdout, stderr}, limit, inProcess)
 	if err != nil {
+		_ = os.Remove(reserve)
 		return nil, nil, nil, fmt.Errorf("output pipes: %w", err)
 	}
 	cmd = exec.Command(spec.Argv[0], spec.Argv[1:]...) // absolute: no PATH lookup
@@ -71,6 +86,7 @@ func Start(dir string, spec *Spec, stdout, stderr *os.File, sup ProcIdentity, in
 	pipes[0].Close() // the task has its own copies
 	pipes[1].Close()
 	if err != nil {
+		_ = os.Remove(reserve)
 		out.wait(0)
 		return nil, nil, nil, err
 	}
@@ -99,11 +115,33 @@ func Start(dir string, spec *Spec, stdout, stderr *os.File, sup ProcIdentity, in
 	// task that ran would run a second time. With it on disk the task is
 	// reported lost instead (the boot ID differs), and only requeue_lost
 	// runs it again. This is the one fsync left on the start path.
+	// The reservation is given back just before, so the record fits in
+	// its room (unless something else takes it in that instant).
+	_ = os.Remove(reserve)
 	if serr := syncRecord(dir, FileState, rec); serr != nil {
-		warn = errors.Join(warn, fmt.Errorf("task state not recorded; a restarted adapter will report it lost: %w", serr))
+		// Without the evidence the task must not run on: a restarted
+		// adapter would find no trace of it and run the job again beside
+		// it. It is killed at once, before the start is reported (it may
+		// have run for that instant), and the start fails.
+		tp := TaskProcs{PGID: cmd.Process.Pid}
+		if spec.Cgroup != nil {
+			tp.Cgroup = spec.Cgroup.Dirs
+		}
+		tp.Kill()
+		_ = cmd.Wait()
+		_ = Drain(context.Background(), tp, spec.KillGrace)
+		if spec.Cgroup != nil {
+			_ = spec.Cgroup.Dirs.Remove()
+		}
+		out.wait(0)
+		return nil, nil, nil, fmt.Errorf("task state not recorded, so the task was killed as it started: %w", serr)
 	}
 	return cmd, out, warn, nil
 }
+
+// stateReserve is the room Start takes for a task's state record before
+// the task starts: more than any state record needs.
+const stateReserve = 8 << 10
 
 // Supervise watches a started task process until it, and every other
 // process of its group and cgroup, has ended, and returns the task's
