@@ -116,6 +116,7 @@ type Agent struct {
 	// holdStarts is set while a reconciliation round waits for this
 	// agent's nodes: see reconcile.go.
 	ends       map[string]ended
+	endOrder   []string // ends' job IDs, oldest first (a job ended twice is listed twice)
 	holdStarts atomic.Bool
 	// endMu orders job ends with reconciliation: ends hold it shared,
 	// reconcile exclusively, so an end is recorded either before the

@@ -36,8 +36,13 @@ import (
 
 // recentEnds is how long the agent remembers the jobs it ended, to record
 // an end again if a rollback lost it: far longer than the second an AOF
-// with appendfsync everysec can lose, short enough to stay small.
-const recentEnds = 2 * time.Minute
+// with appendfsync everysec can lose plus a heartbeat to learn of it, short
+// enough to stay small; maxEnds bounds it for a very busy agent (a
+// fake-node agent ending thousands of jobs a second keeps the latest).
+const (
+	recentEnds = 30 * time.Second
+	maxEnds    = 20_000
+)
 
 // ended is a job this agent ended: its record as it ended, and when.
 type ended struct {
@@ -56,14 +61,23 @@ func (a *Agent) rememberEnd(t *task, to wire.JobStatus, u jobs.Update) {
 	if a.ends == nil {
 		a.ends = map[string]ended{}
 	}
-	a.ends[t.rec.JobID] = ended{rec: t.rec, node: t.node, to: to, u: u, at: now}
-	if len(a.ends)%256 == 0 { // prune now and then, not on every end
-		for id, e := range a.ends {
-			if now.Sub(e.at) > recentEnds {
-				delete(a.ends, id)
-			}
+	id := t.rec.JobID
+	a.ends[id] = ended{rec: t.rec, node: t.node, to: to, u: u, at: now}
+	a.endOrder = append(a.endOrder, id)
+	// Oldest first: drop what is too old, or beyond maxEnds. (A job ended
+	// twice is listed twice; the map holds its latest end.)
+	i := 0
+	for ; i < len(a.endOrder); i++ {
+		e, ok := a.ends[a.endOrder[i]]
+		if !ok {
+			continue // dropped already
 		}
+		if now.Sub(e.at) <= recentEnds && len(a.ends) <= maxEnds {
+			break
+		}
+		delete(a.ends, a.endOrder[i])
 	}
+	a.endOrder = a.endOrder[i:] // append reallocates as it grows: amortized
 }
 
 // roundBeat is one heartbeat: it renews the nodes' heartbeats and, when a

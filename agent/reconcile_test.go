@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/computeboard/computeboard/internal/redistest"
+	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -62,4 +64,25 @@ func TestReconcileAfterRollback(t *testing.T) {
 	// j1 still ends normally, on its record.
 	e.clk.Advance(31 * time.Second)
 	e.waitStatus(j1.JobID, wire.JobSucceeded)
+}
+
+// TestRecentEndsAreBounded: the ends kept for reconciliation stay within
+// maxEnds and recentEnds, however busy the agent.
+func TestRecentEndsAreBounded(t *testing.T) {
+	e := newEnv(t)
+	a := e.agent(nil, nil)
+	for i := range maxEnds + 500 {
+		a.rememberEnd(&task{rec: jobs.Job{JobData: wire.JobData{JobID: fmt.Sprint("j", i)}}, node: "n1"}, wire.JobSucceeded, jobs.Update{})
+	}
+	if n := len(a.ends); n != maxEnds {
+		t.Fatalf("%d ends kept, want maxEnds (%d)", n, maxEnds)
+	}
+	if _, ok := a.ends["j0"]; ok {
+		t.Error("the oldest end was kept, a newer one dropped")
+	}
+	e.clk.Advance(recentEnds + time.Second)
+	a.rememberEnd(&task{rec: jobs.Job{JobData: wire.JobData{JobID: "last"}}, node: "n1"}, wire.JobSucceeded, jobs.Update{})
+	if n := len(a.ends); n != 1 || len(a.endOrder) != 1 {
+		t.Fatalf("after recentEnds: %d ends, %d in order; want only the last", n, len(a.endOrder))
+	}
 }
