@@ -200,7 +200,12 @@ func TestPool(t *testing.T) {
 		// 64 MiB asked, 300 MB used: the kernel kills it, and the job says why.
 		ids := postRequests(t, st, "hog", []string{`{"template":"memhog","resource_requirements":{"cpu_cores":0.5,"memory":0.0625}}`})
 		sts := waitAllTerminal(t, rdb, st, ids, 60*time.Second)
-		jd, _ := jobData(t, st, ids[0])
+		// The job entry mirrors the record a moment after it changes.
+		var jd wire.JobData
+		eventually(t, 10*time.Second, "the job entry to mirror the end", func() bool {
+			jd, _ = jobData(t, st, ids[0])
+			return jd.Status.Terminal()
+		})
 		if sts[ids[0]] != string(wire.JobFailed) || jd.Error == nil || jd.Error.Code != "oom" {
 			t.Fatalf("memory hog ended %s %+v, want failed with reason oom", sts[ids[0]], jd.Error)
 		}
