@@ -128,7 +128,19 @@ func (a *Agent) reconcile(ctx context.Context, run string, nodes []string) error
 	a.mu.Unlock()
 	var errs []error
 	fixed := 0
+	// The heartbeat loop waits for this: beat meanwhile, so the round
+	// (whose timeout is for nodes that are down) knows this one is alive.
+	lastBeat := time.Now()
+	alive := func() {
+		if time.Since(lastBeat) >= a.cfg.Beat {
+			lastBeat = time.Now()
+			if _, err := a.cfg.Registry.BeatRound(ctx, a.names...); err != nil {
+				a.log.Warn("heartbeat while reconciling", "err", err)
+			}
+		}
+	}
 	for _, t := range ts {
+		alive()
 		ok, err := a.reassertRunning(ctx, t)
 		errs = append(errs, err)
 		if ok {
@@ -136,6 +148,7 @@ func (a *Agent) reconcile(ctx context.Context, run string, nodes []string) error
 		}
 	}
 	for _, e := range es {
+		alive()
 		ok, err := a.reassertEnd(ctx, e)
 		errs = append(errs, err)
 		if ok {

@@ -4,7 +4,8 @@
 -- that reads the same clock (see dispatch: silence counts only over a
 -- window in which the scheduler itself reached Redis). It also takes part
 -- in reconciliation rounds (round.lua): the agent learns whether any of
--- its nodes must re-assert its jobs.
+-- its nodes must re-assert its jobs, and a beat from such a node restarts
+-- the round's timeout (it is alive, and working on it).
 -- KEYS[1] beats (ZSET node -> epoch ms), KEYS[2..4] the round's boot,
 -- pending and nodes keys
 -- ARGV[1] the round timeout in ms (used when this step opens a round),
@@ -23,6 +24,11 @@ if open then
     if redis.call('SISMEMBER', KEYS[3], ARGV[i]) == 1 then
       mine[#mine + 1] = ARGV[i]
     end
+  end
+  if #mine > 0 then
+    -- A node still to reconcile is alive (it beats while it works): the
+    -- round's timeout, meant for nodes that are down, counts from now.
+    redis.call('HSET', KEYS[2], 'at', ms)
   end
 end
 return {ms, run, mine}
