@@ -51,6 +51,7 @@ import (
 
 	"github.com/computeboard/computeboard/blackboard"
 	"github.com/computeboard/computeboard/broker"
+	"github.com/computeboard/computeboard/internal/benchutil"
 	"github.com/computeboard/computeboard/internal/clock"
 	"github.com/computeboard/computeboard/wire"
 )
@@ -162,7 +163,7 @@ func measure(ctx context.Context, rdb *redis.Client, o options) (result, error) 
 		return result{}, err
 	}
 	if !o.keep {
-		defer cleanup(rdb, store.Keys())
+		defer benchutil.DropBoard(rdb, store.Keys())
 	}
 
 	entries := make([]*blackboard.Entry, o.n)
@@ -303,20 +304,4 @@ func ignoreCancel(err error) error {
 		return nil
 	}
 	return err
-}
-
-// cleanup deletes the run's board: every key under its prefix.
-func cleanup(rdb *redis.Client, k blackboard.Keys) {
-	ctx := context.Background()
-	iter := rdb.Scan(ctx, 0, k.Prefix()+"*", 1000).Iterator()
-	var batch []string
-	for iter.Next(ctx) {
-		if batch = append(batch, iter.Val()); len(batch) == 1000 {
-			rdb.Unlink(ctx, batch...)
-			batch = batch[:0]
-		}
-	}
-	if len(batch) > 0 {
-		rdb.Unlink(ctx, batch...)
-	}
 }

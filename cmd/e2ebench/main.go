@@ -80,6 +80,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/internal/benchutil"
 	"github.com/computeboard/computeboard/internal/clock"
 	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
@@ -300,7 +301,7 @@ func (b *bench) throughput(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer cleanup(b.rdb, store.Keys())
+	defer benchutil.DropBoard(b.rdb, store.Keys())
 	ad, err := b.startAdapter(ctx, "throughput", board, 0)
 	if err != nil {
 		return err
@@ -493,7 +494,7 @@ func (b *bench) latency(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer cleanup(b.rdb, store.Keys())
+	defer benchutil.DropBoard(b.rdb, store.Keys())
 	ad, err := b.startAdapter(ctx, "latency", board, 0)
 	if err != nil {
 		return err
@@ -585,7 +586,7 @@ func (b *bench) pending(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer cleanup(b.rdb, store.Keys())
+	defer benchutil.DropBoard(b.rdb, store.Keys())
 	ad, err := b.startAdapter(ctx, "pending", board, b.o.pending+1000)
 	if err != nil {
 		return err
@@ -854,22 +855,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	}
-}
-
-// cleanup deletes a board: every key under its prefix.
-func cleanup(rdb *redis.Client, k blackboard.Keys) {
-	ctx := context.Background()
-	iter := rdb.Scan(ctx, 0, k.Prefix()+"*", 1000).Iterator()
-	var batch []string
-	for iter.Next(ctx) {
-		if batch = append(batch, iter.Val()); len(batch) == 1000 {
-			rdb.Unlink(ctx, batch...)
-			batch = batch[:0]
-		}
-	}
-	if len(batch) > 0 {
-		rdb.Unlink(ctx, batch...)
 	}
 }
 

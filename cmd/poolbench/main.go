@@ -48,6 +48,7 @@ import (
 	"github.com/computeboard/computeboard/broker"
 	"github.com/computeboard/computeboard/dispatch"
 	"github.com/computeboard/computeboard/engine"
+	"github.com/computeboard/computeboard/internal/benchutil"
 	"github.com/computeboard/computeboard/internal/clock"
 	"github.com/computeboard/computeboard/inventory"
 	"github.com/computeboard/computeboard/jobs"
@@ -137,23 +138,6 @@ func board() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return "poolbench-" + hex.EncodeToString(b[:])
-}
-
-// cleanup removes a board's keys.
-func cleanup(rdb *redis.Client, k blackboard.Keys) {
-	ctx := context.Background()
-	iter := rdb.Scan(ctx, 0, k.Prefix()+":*", 1000).Iterator()
-	var batch []string
-	for iter.Next(ctx) {
-		batch = append(batch, iter.Val())
-		if len(batch) == 1000 {
-			rdb.Unlink(ctx, batch...)
-			batch = batch[:0]
-		}
-	}
-	if len(batch) > 0 {
-		rdb.Unlink(ctx, batch...)
-	}
 }
 
 // pool is one board with a fake-node agent and a scheduler.
@@ -319,7 +303,7 @@ func throughput(ctx context.Context, rdb *redis.Client, o options) (time.Duratio
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	defer cleanup(rdb, p.keys)
+	defer benchutil.DropBoard(rdb, p.keys)
 	specs, err := p.specs(ctx, o.n)
 	if err != nil {
 		return 0, 0, 0, err
@@ -433,7 +417,7 @@ func latency(ctx context.Context, rdb *redis.Client, o options) (int, time.Durat
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	defer cleanup(rdb, p.keys)
+	defer benchutil.DropBoard(rdb, p.keys)
 	n := int(o.rate * o.secs)
 	if float64(o.nodes)*o.cores < float64(n) {
 		return 0, 0, 0, fmt.Errorf("-rate × -secs = %d jobs, more than %g slots", n, float64(o.nodes)*o.cores)
@@ -478,7 +462,7 @@ func latency(ctx context.Context, rdb *redis.Client, o options) (int, time.Durat
 // in batches of 512 like the real path.
 func baseline(ctx context.Context, rdb *redis.Client, o options) (time.Duration, error) {
 	k := blackboard.NewKeys(board())
-	defer cleanup(rdb, k)
+	defer benchutil.DropBoard(rdb, k)
 	streams := make([]string, 0, 2*o.nodes)
 	for i := range o.nodes {
 		s := k.NodeAssign(fmt.Sprintf("fake-%04d", i+1))
