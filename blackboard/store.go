@@ -239,6 +239,29 @@ func (s *Store) PostMany(ctx context.Context, entries []*Entry) ([]string, error
 	return ids, nil
 }
 
+// GetMany is Get for many entries in one round trip (plus one per entry
+// found expired but still ACTIVE, which it marks expired as Get does).
+// errs[i] is Get's error for ids[i].
+func (s *Store) GetMany(ctx context.Context, ids []string) (entries []Entry, errs []error, err error) {
+	entries, errs = make([]Entry, len(ids)), make([]error, len(ids))
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			if ValidID(id) {
+				cmds[i] = p.HGetAll(ctx, s.keys.Entry(id))
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, fmt.Errorf("blackboard: get many: %w", err)
+	}
+	now := s.clock.Now()
+	for i, id := range ids {
+		entries[i], errs[i] = s.fromHash(ctx, now, id, cmds[i])
+	}
+	return entries, errs, nil
+}
+
 // Get returns an entry. An entry whose TTL has lapsed is ErrNotFound, as in
 // the original; if it was still ACTIVE it is marked expired on the way
 // (emitting blackboard.entry.expired once).
@@ -246,7 +269,16 @@ func (s *Store) Get(ctx context.Context, id string) (Entry, error) {
 	if !ValidID(id) {
 		return Entry{}, fmt.Errorf("blackboard: get %s: %w: bad id", id, ErrInvalid)
 	}
-	h, err := s.rdb.HGetAll(ctx, s.keys.Entry(id)).Result()
+	return s.fromHash(ctx, s.clock.Now(), id, s.rdb.HGetAll(ctx, s.keys.Entry(id)))
+}
+
+// fromHash is Get's decoding of the entry HASH that c read (nil: id is
+// not a valid id).
+func (s *Store) fromHash(ctx context.Context, now time.Time, id string, c *redis.MapStringStringCmd) (Entry, error) {
+	if c == nil {
+		return Entry{}, fmt.Errorf("blackboard: get %s: %w: bad id", id, ErrInvalid)
+	}
+	h, err := c.Result()
 	if err != nil {
 		return Entry{}, fmt.Errorf("blackboard: get %s: %w", id, err)
 	}
@@ -257,7 +289,6 @@ func (s *Store) Get(ctx context.Context, id string) (Entry, error) {
 	if err != nil {
 		return Entry{}, fmt.Errorf("blackboard: get %s: %w", id, err)
 	}
-	now := s.clock.Now()
 	if e.IsExpired(now) {
 		if e.Status == StatusActive {
 			if _, err := s.expire(ctx, now, id, true, nil); err != nil && !errors.Is(err, ErrNotFound) {

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -147,5 +148,54 @@ func TestLegacyIdempotencyHash(t *testing.T) {
 	j2, created := bd.accept(t, s, bd.post(t, "m", `{"command":["x"],"idempotency_key":"old"}`))
 	if created || j2.JobID != j.JobID {
 		t.Errorf("duplicate of a legacy key: %s created %v, want %s", j2.JobID, created, j.JobID)
+	}
+}
+
+// TestResolveKeys: the batch look-up agrees with JobForKey then Get for
+// every case (a per-module key, a legacy board-wide key, no key, a key
+// whose record is gone) in two round trips.
+func TestResolveKeys(t *testing.T) {
+	bd := newBoard(t)
+	s := bd.jobs
+	ctx := t.Context()
+	j1, _ := bd.accept(t, s, bd.post(t, "m", `{"command":["x"],"idempotency_key":"k1"}`))
+	j2, _ := bd.accept(t, s, bd.post(t, "m", `{"command":["x"],"idempotency_key":"old"}`))
+	j3, _ := bd.accept(t, s, bd.post(t, "n", `{"command":["x"],"idempotency_key":"gone"}`))
+	if err := bd.rdb.Del(ctx, bd.keys.JobIdem("m", "old")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := bd.rdb.HSet(ctx, bd.keys.JobsIdem(), "old", j2.JobID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := bd.rdb.Del(ctx, bd.keys.Job(j3.JobID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	refs := []KeyRef{{"m", "k1"}, {"m", "old"}, {"m", "none"}, {"n", "gone"}, {"n", "k1"}}
+	var rt roundTrips
+	bd.rdb.AddHook(&rt)
+	got, err := s.ResolveKeys(ctx, refs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rt.n.Load(); n != 2 {
+		t.Errorf("%d round trips, want 2", n)
+	}
+	for i, r := range refs {
+		id, err := s.JobForKey(ctx, r.Module, r.Key)
+		if (err == nil) != (got[i].Err == nil) || errors.Is(err, ErrNotFound) != errors.Is(got[i].Err, ErrNotFound) || id != got[i].JobID {
+			t.Errorf("%v: ResolveKeys %q, %v; JobForKey %q, %v", r, got[i].JobID, got[i].Err, id, err)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		j, jerr := s.Get(ctx, id)
+		if errors.Is(jerr, ErrNotFound) != errors.Is(got[i].JobErr, ErrNotFound) || j.JobID != got[i].Job.JobID || j.Status != got[i].Job.Status {
+			t.Errorf("%v: ResolveKeys record %+v, %v; Get %+v, %v", r, got[i].Job, got[i].JobErr, j, jerr)
+		}
+	}
+	if got[0].JobID != j1.JobID || got[1].JobID != j2.JobID || !errors.Is(got[2].Err, ErrNotFound) ||
+		got[3].JobID != j3.JobID || !errors.Is(got[3].JobErr, ErrNotFound) || !errors.Is(got[4].Err, ErrNotFound) {
+		t.Errorf("ResolveKeys = %+v", got)
 	}
 }

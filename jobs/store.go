@@ -203,6 +203,68 @@ func (s *Store) JobForKey(ctx context.Context, module, key string) (string, erro
 	return id, nil
 }
 
+// KeyRef names one idempotency key of one source module.
+type KeyRef struct{ Module, Key string }
+
+// Lookup is what ResolveKeys found for one KeyRef: Err is ErrNotFound when
+// no job holds the key; otherwise JobID names the job and Job (or JobErr,
+// ErrNotFound when the record is gone) is its record.
+type Lookup struct {
+	JobID  string
+	Job    Job
+	Err    error
+	JobErr error
+}
+
+// ResolveKeys is JobForKey then Get for many keys at once, in two round
+// trips whatever their number: what a broker taking over thousands of
+// redelivered requests needs (one lookup each, one by one, made a takeover
+// run at the speed of a round trip).
+func (s *Store) ResolveKeys(ctx context.Context, refs []KeyRef) ([]Lookup, error) {
+	out := make([]Lookup, len(refs))
+	if len(refs) == 0 {
+		return out, nil
+	}
+	own := make([]*redis.StringCmd, len(refs))
+	old := make([]*redis.StringCmd, len(refs))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, r := range refs {
+			own[i] = p.Get(ctx, s.keys.JobIdem(r.Module, r.Key))
+			old[i] = p.HGet(ctx, s.keys.JobsIdem(), r.Key)
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("jobs: resolve keys: %w", err)
+	}
+	recs := make([]*redis.MapStringStringCmd, len(refs))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, r := range refs {
+			id, err := own[i].Result()
+			if errors.Is(err, redis.Nil) {
+				id, err = old[i].Result()
+			}
+			switch {
+			case errors.Is(err, redis.Nil):
+				out[i].Err = fmt.Errorf("jobs: key %q of %s: %w", r.Key, r.Module, ErrNotFound)
+			case err != nil:
+				out[i].Err = fmt.Errorf("jobs: key %q of %s: %w", r.Key, r.Module, err)
+			default:
+				out[i].JobID = id
+				recs[i] = p.HGetAll(ctx, s.keys.Job(id))
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("jobs: resolve keys: %w", err)
+	}
+	for i, c := range recs {
+		if c != nil {
+			out[i].Job, out[i].JobErr = jobFromHash(out[i].JobID, c.Val())
+		}
+	}
+	return out, nil
+}
+
 // MarkCancelRequested flags an accepted, unfinished job whose request was
 // retracted (a later start cancels it instead: see Transition); false if
 // there is no such job.
