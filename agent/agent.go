@@ -53,8 +53,11 @@ type JobStore interface {
 	Get(ctx context.Context, jobID string) (jobs.Job, error)
 	Transition(ctx context.Context, jobID string, from, to wire.JobStatus, u jobs.Update) (jobs.Job, error)
 	SetHandles(ctx context.Context, hs []jobs.HandleSet) []error
-	// Accept recreates a record a Redis rollback lost (see reconcile.go).
+	// Accept recreates a record a Redis rollback lost (see reconcile.go)
+	// from what the agent holds; Reaccept from the request's entry, for a
+	// job the agent knows only from its provider's task records.
 	Accept(ctx context.Context, spec jobs.AcceptSpec) (jobs.AcceptResult, error)
+	Reaccept(ctx context.Context, entryID string) (jobs.AcceptResult, error)
 }
 
 // Node is one node this agent serves.
@@ -122,6 +125,9 @@ type Agent struct {
 	// reconcile exclusively, so an end is recorded either before the
 	// round looks at its task or after the record was re-asserted.
 	endMu sync.RWMutex
+	// bornAt is when this agent was made: how far back reconcile looks
+	// in its providers' task records (see evidenceSince).
+	bornAt time.Time
 }
 
 // Stats counts what the agent did since it started.
@@ -182,7 +188,8 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Logger = slog.Default()
 	}
 	a := &Agent{cfg: cfg, nodes: map[string]Node{}, tasks: map[string]*task{}, log: cfg.Logger,
-		failing: map[string]int{}, out: map[string]string{}, tracked: make(chan struct{}, 1)}
+		failing: map[string]int{}, out: map[string]string{}, tracked: make(chan struct{}, 1),
+		bornAt: cfg.Clock.Now()}
 	for _, n := range cfg.Nodes {
 		if n.Record.Name == "" || n.Provider == nil {
 			return nil, errors.New("agent: a node needs a name and a provider")
@@ -475,21 +482,38 @@ func (a *Agent) launch(ctx context.Context, node Node, rec jobs.Job, pl provider
 			MemoryBytes: int64(rec.Request.Resources.MemoryGB * (1 << 30)),
 		},
 		Placement: pl,
-		Labels:    map[string]string{"job": rec.JobID, "account": rec.Account, "attempt": strconv.Itoa(rec.Attempt), "node": name},
+		Labels: map[string]string{"job": rec.JobID, "request": rec.RequestEntryID, "account": rec.Account,
+			"attempt": strconv.Itoa(rec.Attempt), "node": name},
 	}
 	if d := rec.Request.EstimatedDuration; d > 0 {
 		t.Labels["duration_s"] = strconv.FormatFloat(d, 'f', -1, 64)
 	}
+	t.Note = startNote(rec)
 	h, err := node.Provider.Start(ctx, t)
+	if errors.Is(err, providers.ErrTaskExists) {
+		// This node started this attempt before: Redis lost the record
+		// of that start (a rollback) and the order came back. That run
+		// is the attempt's run: watch it, never start a second.
+		h = providers.Handle{Provider: node.Record.Provider, ID: t.ID}
+		if st, perr := node.Provider.Poll(ctx, h); perr == nil {
+			a.log.Warn("this node ran this attempt already (its task record is there): recording that run, not starting another",
+				"job", rec.JobID, "attempt", rec.Attempt, "state", st.State)
+			return a.track(&task{rec: rec, node: name, handle: h, prov: node.Provider})
+		}
+	}
 	if err != nil {
 		a.startFailed(ctx, node, rec, err)
 		return nil
 	}
 	a.startWorked(ctx, node)
-	tk := &task{rec: rec, node: name, handle: h, prov: node.Provider}
+	a.count(func(s *Stats) { s.Started++ })
+	return a.track(&task{rec: rec, node: name, handle: h, prov: node.Provider})
+}
+
+// track hands a started task to the poll loop.
+func (a *Agent) track(tk *task) *task {
 	a.mu.Lock()
-	a.tasks[rec.JobID] = tk
-	a.stats.Started++
+	a.tasks[tk.rec.JobID] = tk
 	a.mu.Unlock()
 	select {
 	case a.tracked <- struct{}{}: // its end may have been notified already

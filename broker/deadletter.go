@@ -59,7 +59,7 @@ func (b *Broker) refuseWrongType(ctx context.Context, d *Delivery, typ string) (
 // cancelled when dropped).
 func (b *Broker) refuse(ctx context.Context, d *Delivery, reason string, werr *wire.Error) (wire.JobData, error) {
 	now := b.cfg.Clock.Now()
-	info := entryInfo(d.Entry)
+	info := jobs.EntryInfo(d.Entry)
 	if d.Entry.ID == "" { // undecodable entry: only the id is known
 		info = wire.EntryInfo{ID: d.EntryID}
 	}

@@ -687,7 +687,7 @@ func (b *Broker) decode(m message, now time.Time) (*Delivery, *wire.Error) {
 		}
 	}
 	d.Module = d.Entry.SourceModule
-	r, werr := wire.DecodeRequest(d.Entry.Data, entryInfo(d.Entry))
+	r, werr := wire.DecodeRequest(d.Entry.Data, jobs.EntryInfo(d.Entry))
 	if werr != nil {
 		d.poison = true
 		return d, werr
@@ -697,11 +697,6 @@ func (b *Broker) decode(m message, now time.Time) (*Delivery, *wire.Error) {
 		d.Deadline = epochTime(r.Deadline)
 	}
 	return d, nil
-}
-
-func entryInfo(e blackboard.Entry) wire.EntryInfo {
-	return wire.EntryInfo{ID: e.ID, SourceModule: e.SourceModule, Priority: int(e.Priority),
-		Timestamp: e.Timestamp, TTLSeconds: e.TTLSeconds}
 }
 
 // resume finishes, for a redelivered message, whatever an earlier delivery

@@ -24,17 +24,34 @@ import (
 // Now every node re-asserts what it ran before anything new is assigned:
 // every request that Redis still holds ends succeeded having run once, and
 // nothing ran that no record accounts for.
+//
+// In "agent restarts", node-a's adapter is also killed (kill -9) at the
+// moment Redis goes down, and comes back after it: what it ran in the lost
+// second it knows only from its task directories (the node's start log),
+// not from memory. Before it read them, those jobs ran again, or failed
+// start_failed on their own task directory although they had succeeded.
 func TestRedisRollbackRunsNothingTwice(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long")
 	}
 	t.Parallel()
+	for _, mode := range []string{"agents live", "agent restarts"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			rollback(t, mode == "agent restarts")
+		})
+	}
+}
+
+func rollback(t *testing.T, restartA bool) {
 	srv := redistest.StartT(t, redistest.Options{AOF: true, TCP: true})
 	rdb := srv.Client(t)
 	board := redistest.Namespace(t)
 	st := storeFor(t, rdb, board)
 	dir := jobDir(t)
 	countFile := filepath.Join(dir, "runs")
+	var a *proc
+	var aConfig string
 	for _, n := range []string{"node-a", "node-b"} {
 		// A node lost under load (the pool config's node_timeout is 4 s)
 		// would end its jobs failed: lost until corrected, and a round
@@ -44,7 +61,11 @@ func TestRedisRollbackRunsNothingTwice(t *testing.T) {
 		cfg := readFile(t, poolConfig(t, board, dir, n, agentNode(n, "")))
 		cfg = strings.Replace(cfg, "node_timeout: 4s", "node_timeout: 2m", 1)
 		cfg = strings.Replace(cfg, "node_unhealthy: 1500ms", "node_unhealthy: 6s", 1)
-		startProc(t, "--config", writeConfig(t, cfg), "--redis", srv.URL(), "--role", "both")
+		path := writeConfig(t, cfg)
+		p := startProc(t, "--config", path, "--redis", srv.URL(), "--role", "both")
+		if n == "node-a" {
+			a, aConfig = p, path
+		}
 	}
 
 	var (
@@ -88,10 +109,24 @@ func TestRedisRollbackRunsNothingTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	runsAtCopy := len(runCounts(t, countFile))
-	time.Sleep(time.Second)
+	// A second, or on a loaded machine as long as it takes (up to 10 s)
+	// for runs to happen in the window that will be lost: a run with none
+	// would not test re-assertion at all.
+	lostFrom := time.Now()
+	for time.Since(lostFrom) < time.Second ||
+		len(runCounts(t, countFile))-runsAtCopy < 10 && time.Since(lostFrom) < 10*time.Second {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if restartA {
+		a.kill(t)
+	}
+	lostFor := time.Since(lostFrom)
 	runsLost := len(runCounts(t, countFile)) - runsAtCopy
 	if err := srv.RestartFrom(snap); err != nil {
 		t.Fatal(err)
+	}
+	if restartA {
+		startProc(t, "--config", aConfig, "--redis", srv.URL(), "--role", "both")
 	}
 	before := posted()
 	eventually(t, 60*time.Second, "30 requests posted after the restart", func() bool { return posted() >= before+30 })
@@ -157,7 +192,8 @@ func TestRedisRollbackRunsNothingTwice(t *testing.T) {
 			break
 		}
 	}
-	t.Logf("%d requests, %d still held by Redis after the rollback; %d runs happened in the lost second", len(all), len(held), runsLost)
+	t.Logf("%d requests, %d still held by Redis after the rollback; %d runs happened in the lost %v", len(all), len(held), runsLost,
+		lostFor.Round(100*time.Millisecond))
 	if runsLost == 0 {
 		t.Log("nothing started in the lost second: this run did not exercise re-assertion")
 	}

@@ -3,9 +3,11 @@ package jobs
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/computeboard/computeboard/blackboard"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -197,5 +199,36 @@ func TestResolveKeys(t *testing.T) {
 	if got[0].JobID != j1.JobID || got[1].JobID != j2.JobID || !errors.Is(got[2].Err, ErrNotFound) ||
 		got[3].JobID != j3.JobID || !errors.Is(got[3].JobErr, ErrNotFound) || !errors.Is(got[4].Err, ErrNotFound) {
 		t.Errorf("ResolveKeys = %+v", got)
+	}
+}
+
+// TestReaccept: a record gone with Redis is recreated from its request's
+// entry, with the job id and request the broker's accept gave it; a
+// retracted request is not made a job again.
+func TestReaccept(t *testing.T) {
+	bd := newBoard(t)
+	s := bd.jobs
+	ctx := t.Context()
+	spec := bd.post(t, "m", `{"command":["x"],"priority":7,"idempotency_key":"k"}`)
+	j, _ := bd.accept(t, s, spec)
+	// Redis loses the record and its key (the request entry is back
+	// to active in a real rollback; the entry is all Reaccept reads).
+	if err := bd.rdb.Del(ctx, bd.keys.Job(j.JobID), bd.keys.JobIdem("m", "k")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Reaccept(ctx, spec.EntryID)
+	if err != nil || !r.Created || r.Job.JobID != j.JobID || r.Job.Status != wire.JobQueued ||
+		r.Job.RequestEntryID != spec.EntryID || r.Job.Module != "m" || r.Job.Request.Priority != 7 {
+		t.Fatalf("Reaccept = %+v, %v; want job %s queued, of request %s", r, err, j.JobID, spec.EntryID)
+	}
+	if _, err := s.Reaccept(ctx, "m:"+strings.Repeat("0", 32)); !errors.Is(err, blackboard.ErrNotFound) {
+		t.Errorf("Reaccept of no entry: %v, want ErrNotFound", err)
+	}
+	gone := bd.post(t, "m", `{"command":["x"]}`)
+	if err := bd.store.Retract(ctx, gone.EntryID); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Reaccept(ctx, gone.EntryID); err != nil || r.Withdrawn == "" {
+		t.Errorf("Reaccept of a retracted request = %+v, %v; want withdrawn", r, err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/wire"
 )
 
 // Store reads and writes the job records of one board. It is safe for
@@ -201,6 +202,34 @@ func (s *Store) JobForKey(ctx context.Context, module, key string) (string, erro
 		return "", fmt.Errorf("jobs: key %q of %s: %w", key, module, err)
 	}
 	return id, nil
+}
+
+// EntryInfo is what wire.DecodeRequest needs of a request's entry.
+func EntryInfo(e blackboard.Entry) wire.EntryInfo {
+	return wire.EntryInfo{ID: e.ID, SourceModule: e.SourceModule, Priority: int(e.Priority),
+		Timestamp: e.Timestamp, TTLSeconds: e.TTLSeconds}
+}
+
+// Reaccept recreates the record of request entryID from its entry on the
+// board, as the broker's Accept made it (the same job id, queued): what an
+// agent that holds evidence of a job's run (its task directory) uses when
+// Redis lost the record. The entry must still be there and still decode;
+// AcceptResult says, as for Accept, if it was withdrawn meanwhile or if its
+// idempotency key names another job.
+func (s *Store) Reaccept(ctx context.Context, entryID string) (AcceptResult, error) {
+	e, err := s.board.Get(ctx, entryID)
+	if err != nil {
+		return AcceptResult{}, fmt.Errorf("jobs: re-accept %s: %w", entryID, err)
+	}
+	if e.Topic != blackboard.RequestTopic {
+		return AcceptResult{}, fmt.Errorf("jobs: re-accept %s: entry topic %q is not %s", entryID, e.Topic, blackboard.RequestTopic)
+	}
+	r, werr := wire.DecodeRequest(e.Data, EntryInfo(e))
+	if werr != nil {
+		return AcceptResult{}, fmt.Errorf("jobs: re-accept %s: %s: %s", entryID, werr.Code, werr.Message)
+	}
+	return s.Accept(ctx, AcceptSpec{JobID: wire.JobID(entryID), EntryID: entryID, Module: e.SourceModule, Request: r,
+		Submitted: e.Timestamp, RequestData: e.Data})
 }
 
 // KeyRef names one idempotency key of one source module.

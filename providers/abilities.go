@@ -2,6 +2,7 @@ package providers
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"syscall"
 	"time"
@@ -13,10 +14,29 @@ import (
 // ErrUnknownHandle for a handle the provider does not know and ErrNotRunning
 // for a task that has finished or is lost.
 //
-// Implemented today: Suspender and Signaler (providers/local), Notifier
-// (providers/local and providers/fake).
+// Implemented today: Suspender, Signaler and Lister (providers/local),
+// Notifier (providers/local and providers/fake).
 // Later work (roadmap items 4 and 5): Checkpointer and Restorer; nothing
 // implements them yet.
+
+// Lister lists the tasks a provider holds evidence of, with their labels:
+// what the adapter reads to reconcile job records that Redis lost (an
+// agent that restarted across the loss knows its tasks only from here).
+// Tasks lists every task still running, and every task that ended at or
+// after since (as far back as the provider keeps records); a task whose
+// start was cut short before it ran is not listed.
+type Lister interface {
+	Tasks(ctx context.Context, since time.Time) ([]TaskRecord, error)
+}
+
+// TaskRecord is one task a Lister lists: its handle, the Labels and Note
+// it was started with, and its Status as Poll would report it.
+type TaskRecord struct {
+	Handle Handle
+	Labels map[string]string
+	Note   json.RawMessage
+	Status Status
+}
 
 // Suspender pauses a running task in place and resumes it later: the
 // "suspend/resume" preemption mode. A suspended task keeps its memory and

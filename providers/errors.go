@@ -15,6 +15,12 @@ var (
 	// timeout, ...). Retrying the same Task will fail again.
 	ErrInvalidTask = errors.New("invalid task")
 
+	// ErrTaskExists: the Task's ID was started here before (it comes
+	// wrapped together with ErrInvalidTask). A caller that may be starting
+	// the same attempt twice (after Redis lost the record of the first
+	// start) polls that task instead: it is the attempt's run.
+	ErrTaskExists = errors.New("task ID already used")
+
 	// ErrAtCapacity: the provider is running as many tasks as it is
 	// configured to; retry after one ends.
 	ErrAtCapacity = errors.New("at capacity")

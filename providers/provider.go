@@ -2,6 +2,7 @@ package providers
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 )
 
@@ -64,7 +65,15 @@ type Task struct {
 	// Labels are opaque key/values recorded with the task (job, account,
 	// attempt, ...), for operators and for backends that index by label.
 	Labels map[string]string
+	// Note is an opaque JSON value (at most MaxNoteBytes) the provider
+	// records with the task, before Start returns, and gives back with it
+	// in Lister.Tasks: the caller's own evidence of what the task is for
+	// (the agent's: the job's request, to remake a record Redis lost).
+	Note json.RawMessage
 }
+
+// MaxNoteBytes bounds Task.Note.
+const MaxNoteBytes = 1 << 20
 
 // PayloadEnv is the environment variable that holds the payload file's path.
 const PayloadEnv = "COMPUTEBOARD_PAYLOAD"

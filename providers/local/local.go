@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -524,6 +525,10 @@ func validate(t providers.Task) error {
 		return fmt.Errorf("%w: dir %q is not an absolute path", providers.ErrInvalidTask, t.Dir)
 	case t.Timeout < 0:
 		return fmt.Errorf("%w: negative timeout %v", providers.ErrInvalidTask, t.Timeout)
+	case len(t.Note) > providers.MaxNoteBytes:
+		return fmt.Errorf("%w: note is %d bytes; the limit is %d", providers.ErrInvalidTask, len(t.Note), providers.MaxNoteBytes)
+	case len(t.Note) > 0 && !json.Valid(t.Note):
+		return fmt.Errorf("%w: note is not JSON", providers.ErrInvalidTask)
 	}
 	if err := checkPlacement(t.Placement); err != nil {
 		return fmt.Errorf("%w: %w", providers.ErrInvalidTask, err)

@@ -1,8 +1,11 @@
 package local
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"os/user"
@@ -727,4 +730,60 @@ func writeFile(t *testing.T, name, content string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// TestTasksListsTheStartLog: a second Provider on the same WorkDir (a
+// restarted adapter that lost its records with Redis) lists every task the
+// first one started, ended or running, with its labels and note (the ended one only
+// when it ended after the time asked for); a directory with no
+// state record (a start cut short) is not listed; and starting the same
+// task ID again says ErrTaskExists (as well as ErrInvalidTask).
+func TestTasksListsTheStartLog(t *testing.T) {
+	t.Parallel()
+	dir := workDir(t)
+	p1 := newTestProvider(t, Config{WorkDir: dir})
+	done := helperTask(t, "exit", "3")
+	done.ID += "-done"
+	done.Labels = map[string]string{"job": "j1", "attempt": "1"}
+	done.Note = json.RawMessage(`{"request":{"template":"x"}}`)
+	running := helperTask(t, "sleep")
+	running.ID += "-running"
+	running.Labels = map[string]string{"job": "j2", "attempt": "2"}
+	hd := providertest.Start(t, p1, done)
+	providertest.WaitDone(t, p1, hd)
+	hr := providertest.Start(t, p1, running)
+	t.Cleanup(func() { _ = p1.Stop(context.Background(), hr) })
+	if err := os.Mkdir(filepath.Join(dir, "cut-short"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	p2 := newTestProvider(t, Config{WorkDir: dir})
+	// Since later than the end: only the running task.
+	got, err := p2.Tasks(t.Context(), time.Now().Add(time.Hour))
+	if err != nil || len(got) != 1 || got[0].Handle != hr {
+		t.Errorf("Tasks since an hour from now = %+v, %v; want only the running task", got, err)
+	}
+	got, err = p2.Tasks(t.Context(), time.Now().Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]providers.TaskRecord{}
+	for _, r := range got {
+		byID[r.Handle.ID] = r
+	}
+	if len(got) != 2 {
+		t.Fatalf("listed %d tasks (%v), want 2", len(got), got)
+	}
+	d, r := byID[done.ID], byID[running.ID]
+	if d.Handle != hd || d.Status.State != providers.StateFailed || d.Status.ExitCode == nil || *d.Status.ExitCode != 3 ||
+		!maps.Equal(d.Labels, done.Labels) || string(d.Note) != string(done.Note) {
+		t.Errorf("ended task listed as %+v", d)
+	}
+	if r.Handle != hr || r.Status.State != providers.StateRunning || !maps.Equal(r.Labels, running.Labels) {
+		t.Errorf("running task listed as %+v", r)
+	}
+	_, err = p2.Start(t.Context(), done)
+	if !errors.Is(err, providers.ErrTaskExists) || !errors.Is(err, providers.ErrInvalidTask) {
+		t.Errorf("second start of %s: %v, want ErrTaskExists and ErrInvalidTask", done.ID, err)
+	}
 }

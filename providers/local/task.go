@@ -70,7 +70,7 @@ func (p *Provider) launch(ctx context.Context, t providers.Task, acct account) (
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return nil, fmt.Errorf("%w: task ID already used (%s exists)", providers.ErrInvalidTask, dir)
+			return nil, fmt.Errorf("%w: %w (%s exists)", providers.ErrInvalidTask, providers.ErrTaskExists, dir)
 		}
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func (p *Provider) launch(ctx context.Context, t providers.Task, acct account) (
 	}
 	spec := &supervise.Spec{
 		Provider: p.name, TaskID: t.ID, Argv: t.Argv, Env: p.environ(t, payload, work, acct), Cwd: cwd,
-		Timeout: t.Timeout, KillGrace: p.grace, StartedAt: p.clock.Now(), Labels: t.Labels,
+		Timeout: t.Timeout, KillGrace: p.grace, StartedAt: p.clock.Now(), Labels: t.Labels, Note: t.Note,
 		Credential: acct.credential(), Limits: p.limits, MaxOutput: p.maxOutput,
 		Cgroup: p.cgroups.plan(t),
 	}

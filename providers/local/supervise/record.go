@@ -42,6 +42,7 @@ type StateRecord struct {
 	BootID     string            `json:"boot_id"`     // /proc/sys/kernel/random/boot_id; "" = unknown
 	StartedAt  time.Time         `json:"started_at"`
 	Labels     map[string]string `json:"labels,omitempty"`
+	Note       json.RawMessage   `json:"note,omitempty"` // the provider's Task.Note
 
 	SupervisorPID        int    `json:"supervisor_pid,omitempty"`         // 0: no supervisor
 	SupervisorStartTicks uint64 `json:"supervisor_start_ticks,omitempty"` // 0 = unknown

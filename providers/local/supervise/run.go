@@ -48,7 +48,7 @@ func Start(dir string, spec *Spec, stdout, stderr *os.File, sup ProcIdentity, in
 	// elsewhere) rather than leaving a task that runs with no record a
 	// restarted adapter could find (issue 11, defect 2).
 	reserve := filepath.Join(dir, FileState+".reserve")
-	if rerr := os.WriteFile(reserve, make([]byte, stateReserve), 0o600); rerr != nil {
+	if rerr := os.WriteFile(reserve, make([]byte, stateReserve+len(spec.Note)), 0o600); rerr != nil {
 		_ = os.Remove(reserve)
 		if inProcess {
 			stdout.Close()
@@ -95,7 +95,7 @@ func Start(dir string, spec *Spec, stdout, stderr *os.File, sup ProcIdentity, in
 	}
 	rec := StateRecord{
 		Version: RecordVersion, Provider: spec.Provider, TaskID: spec.TaskID,
-		PID: cmd.Process.Pid, PGID: cmd.Process.Pid, StartedAt: spec.StartedAt, Labels: spec.Labels,
+		PID: cmd.Process.Pid, PGID: cmd.Process.Pid, StartedAt: spec.StartedAt, Labels: spec.Labels, Note: spec.Note,
 		SupervisorPID: sup.PID, SupervisorStartTicks: sup.StartTicks,
 	}
 	if spec.Cgroup != nil {
@@ -140,7 +140,7 @@ func Start(dir string, spec *Spec, stdout, stderr *os.File, sup ProcIdentity, in
 }
 
 // stateReserve is the room Start takes for a task's state record before
-// the task starts: more than any state record needs.
+// the task starts, beyond its Note: more than any state record needs.
 const stateReserve = 8 << 10
 
 // Supervise watches a started task process until it, and every other

@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"encoding/json"
 	"syscall"
 	"time"
 )
@@ -19,6 +20,7 @@ type Spec struct {
 	KillGrace time.Duration     `json:"kill_grace"`
 	StartedAt time.Time         `json:"started_at"`
 	Labels    map[string]string `json:"labels,omitempty"`
+	Note      json.RawMessage   `json:"note,omitempty"` // recorded with the labels
 	// Credential is the user the task's process switches to; nil runs it
 	// as the process that starts it.
 	Credential *Credential `json:"credential,omitempty"`
