@@ -74,9 +74,12 @@ func TestReconciliationRound(t *testing.T) {
 	if open, _ := reg.RoundOpen(ctx); !open {
 		t.Fatal("round not open")
 	}
-	// n2 is down: the round ends at its timeout without it.
-	reg.SetRound(300*time.Millisecond, "")
-	ch.SetRound(300*time.Millisecond, "")
+	// n2 is down: the round ends at its timeout without it. (Long enough
+	// for the four round trips before the first assign on a loaded CI
+	// machine: 300 ms was not.)
+	const timeout = 2 * time.Second
+	reg.SetRound(timeout, "")
+	ch.SetRound(timeout, "")
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +90,7 @@ func TestReconciliationRound(t *testing.T) {
 	if err := assign("j5"); !errors.Is(err, ErrReconciling) {
 		t.Fatalf("assign with n2 silent, before the timeout: %v", err)
 	}
-	time.Sleep(350 * time.Millisecond)
+	time.Sleep(timeout + 100*time.Millisecond)
 	if err := assign("j6"); err != nil {
 		t.Fatalf("assign after the round's timeout: %v", err)
 	}
