@@ -2,6 +2,9 @@ package dispatch
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -123,5 +126,35 @@ func TestFutureTimestampIsClamped(t *testing.T) {
 	// The engine plans backfill by the limit the node enforces.
 	if tr.ej.TimeLimit != time.Hour {
 		t.Errorf("time limit %v, want the resolved 1h", tr.ej.TimeLimit)
+	}
+}
+
+// TestSortedIDs: the snapshot's job order, merged from the last order and
+// the ids added since, is always every tracked id once, sorted, through
+// adds, deletes, re-adds and duplicate adds (and a key added behind its
+// back is still found).
+func TestSortedIDs(t *testing.T) {
+	s := bareScheduler(t, Config{MaxPending: 10})
+	rng := rand.New(rand.NewPCG(1, 2))
+	for step := range 2000 {
+		id := fmt.Sprintf("j%03d", rng.IntN(300))
+		switch _, ok := s.jobs_[id]; {
+		case !ok || rng.IntN(4) == 0: // add (or add again)
+			s.jobs_[id] = &tracked{ej: engine.Job{ID: id}, phase: PhasePending}
+			s.newIDs = append(s.newIDs, id)
+		default:
+			delete(s.jobs_, id)
+			s.idsDropped = true
+		}
+		if step%500 == 499 { // behind its back
+			s.jobs_["zz-hidden"] = &tracked{ej: engine.Job{ID: "zz-hidden"}}
+		}
+		if step%7 != 0 {
+			continue
+		}
+		got, want := s.sortedIDsLocked(), slices.Sorted(maps.Keys(s.jobs_))
+		if !slices.Equal(got, want) {
+			t.Fatalf("step %d: order %v, want %v", step, got, want)
+		}
 	}
 }

@@ -168,6 +168,7 @@ func (s *Scheduler) adopt(ctx context.Context) error {
 			s.mu.Lock()
 			if _, ok := s.jobs_[j.JobID]; !ok {
 				s.jobs_[j.JobID] = t
+				s.newIDs = append(s.newIDs, j.JobID)
 				s.pendingN++
 				s.stats.submitted++
 				s.replan = true
@@ -208,6 +209,7 @@ func (s *Scheduler) hold(t *tracked, node string, gpus, mig []string, numa int, 
 	}
 	t.phase = phase
 	s.jobs_[t.id()] = t
+	s.newIDs = append(s.newIDs, t.id())
 	s.replan = true
 	return true
 }

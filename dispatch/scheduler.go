@@ -101,6 +101,13 @@ type Scheduler struct {
 	mu         sync.Mutex     // guards everything below; held only for in-memory work
 	handedOver map[string]int // accepted jobs on their way to pending, by account
 	jobs_      map[string]*tracked
+	// ids is jobs_'s keys in order, as of the last snapshot; newIDs the
+	// keys added since, and idsDropped whether any was deleted: the
+	// snapshot merges them in (sortedIDsLocked) rather than sorting every
+	// key each cycle.
+	ids        []string
+	newIDs     []string
+	idsDropped bool
 	pendingN   int
 	ledger     *engine.Ledger
 	health     map[string]nodeHealth
@@ -362,6 +369,7 @@ func (s *Scheduler) addPending(ctx context.Context, j jobs.Job) {
 		return
 	}
 	s.jobs_[t.id()] = t
+	s.newIDs = append(s.newIDs, t.id())
 	s.pendingN++
 	s.stats.submitted++
 	if t.ej.GangID != "" {
@@ -398,6 +406,7 @@ func (s *Scheduler) dropLocked(t *tracked, ended time.Time) {
 		}
 	}
 	delete(s.jobs_, t.id())
+	s.idsDropped = true
 	s.replan = true
 }
 
@@ -790,7 +799,7 @@ func (s *Scheduler) snapshotLocked() engine.Snapshot {
 	s.cycle++
 	running := make([]engine.Running, 0, len(s.jobs_)-s.pendingN+len(s.ended))
 	pending := make([]engine.Job, 0, s.pendingN)
-	for _, id := range slices.Sorted(maps.Keys(s.jobs_)) {
+	for _, id := range s.sortedIDsLocked() {
 		t := s.jobs_[id]
 		if t.phase == PhasePending {
 			pending = append(pending, t.ej)
@@ -812,6 +821,41 @@ func (s *Scheduler) snapshotLocked() engine.Snapshot {
 		Running:  running,
 		Accounts: s.cfg.Accounts,
 	}
+}
+
+// sortedIDsLocked returns the ids of the tracked jobs in order: the last
+// order with the ids added since merged in and those deleted left out
+// (linear, where sorting every id each cycle was a tenth of a deep
+// queue's scheduling time).
+func (s *Scheduler) sortedIDsLocked() []string {
+	if len(s.newIDs) == 0 && !s.idsDropped && len(s.ids) == len(s.jobs_) {
+		return s.ids
+	}
+	slices.Sort(s.newIDs)
+	out := make([]string, 0, len(s.jobs_))
+	add := func(id string) {
+		if n := len(out); n > 0 && out[n-1] == id {
+			return // re-added, or added twice
+		}
+		if _, ok := s.jobs_[id]; ok {
+			out = append(out, id)
+		}
+	}
+	old, added := s.ids, s.newIDs
+	for len(old) > 0 || len(added) > 0 {
+		if len(added) == 0 || len(old) > 0 && old[0] <= added[0] {
+			add(old[0])
+			old = old[1:]
+		} else {
+			add(added[0])
+			added = added[1:]
+		}
+	}
+	if len(out) != len(s.jobs_) { // a key added without newIDs: sort them all
+		out = slices.Sorted(maps.Keys(s.jobs_))
+	}
+	s.ids, s.newIDs, s.idsDropped = out, s.newIDs[:0], false
+	return out
 }
 
 func (s *Scheduler) rejectFinal(ctx context.Context, r engine.Rejection) error {
