@@ -29,17 +29,17 @@ func (h *harness) wantPlans(n int, what string) {
 }
 
 // busyPool: node n (2 cores) runs job "run" (2 cores); "wait" (2 cores)
-// waits.
+// waits, planned and explained. The last plan was two cycles ago: the
+// start of "run" does not call for one.
 func busyPool(t *testing.T, tune func(*Config)) *harness {
 	h := newHarness(t, tune)
 	h.nodes.add(cpuNode("n", 2, 4096))
 	h.submit(h.newJob("run", 2, 1))
-	h.mustCycle()
-	h.agentStart("run")
-	h.mustCycle()
-	h.wantPhase("run", PhaseRunning)
 	h.submit(h.newJob("wait", 2, 1))
-	h.mustCycle()
+	h.wantPlans(1, "two new jobs")
+	h.agentStart("run")
+	h.wantPlans(0, "a start of the last plan's placement")
+	h.wantPhase("run", PhaseRunning)
 	h.wantPhase("wait", PhasePending)
 	return h
 }
@@ -90,8 +90,7 @@ func TestChangeTriggersPlan(t *testing.T) {
 	h.wantPlans(0, "nothing pending")
 
 	h.submit(h.newJob("big", 4, 1))
-	h.wantPlans(1, "new job after a placement")
-	h.wantPlans(0, "idle")
+	h.wantPlans(0, "new job that fits nowhere, after a placement")
 	h.nodes.add(cpuNode("m", 2, 4096))
 	h.wantPlans(1, "node added")
 	h.wantPlans(0, "idle after the node")
@@ -100,7 +99,9 @@ func TestChangeTriggersPlan(t *testing.T) {
 	h.wantAssigned("big", "m")
 
 	h.submit(h.newJob("more", 1, 1))
-	h.wantPlans(1, "new job after a placement")
+	h.wantPlans(0, "new job that fits nowhere, after a placement")
+	h.clk.Advance(explainNewWithin)
+	h.wantPlans(1, "a new job waiting explainNewWithin for its first explanation")
 	h.wantPlans(0, "idle")
 	h.nodes.silence("m")
 	h.clk.Advance(h.cfg.NodeUnhealthy + time.Second)
@@ -133,8 +134,12 @@ func TestFullReplanPeriod(t *testing.T) {
 	h := busyPool(t, func(c *Config) { c.FullReplan = 5 * time.Second })
 	start := h.plans()
 	for range 4 {
-		h.clk.Advance(5*time.Second - 2*time.Millisecond)
-		h.wantPlans(0, "just before the period") // the last plan was 1 ms before the advance
+		// To 2 ms before the period: the cycle moves the clock 1 ms.
+		h.s.mu.Lock()
+		last := h.s.plannedAt
+		h.s.mu.Unlock()
+		h.clk.Advance(last.Add(5*time.Second - 2*time.Millisecond).Sub(h.clk.Now()))
+		h.wantPlans(0, "just before the period")
 		h.wantPlans(1, "at the period")
 	}
 	if got := h.plans() - start; got != 4 {
@@ -285,7 +290,8 @@ func skipHistory(t *testing.T, seed uint64) (checked, planned int) {
 		}
 		// What the engine would decide now, had it run.
 		h.s.mu.Lock()
-		withNew := !h.s.replan && len(h.s.added) > 0
+		skippable := !h.s.replan && h.s.pendingN > 0
+		withNew := skippable && len(h.s.added) > 0
 		snap := h.s.snapshotLocked()
 		h.s.cycle--
 		st := h.s.state
@@ -297,11 +303,13 @@ func skipHistory(t *testing.T, seed uint64) (checked, planned int) {
 		switch {
 		case withNew && ran:
 			planned++
-		case withNew:
+		case skippable && !ran:
+			// A skipped plan: with new jobs, or after this scheduler's
+			// own placements or their starts.
 			checked++
 			plan, _ := engine.Schedule(st, snap)
 			if len(plan.Placements) > 0 {
-				t.Fatalf("seed %d: a cycle with new jobs skipped the engine, but the full plan places %+v", seed, plan.Placements)
+				t.Fatalf("seed %d: a cycle skipped the engine (new jobs: %v), but the full plan places %+v", seed, withNew, plan.Placements)
 			}
 		}
 	}

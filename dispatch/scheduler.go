@@ -121,6 +121,7 @@ type Scheduler struct {
 	replan      bool
 	plannedAt   time.Time
 	added       []*tracked // new pending jobs (no gang members) since the last plan
+	unexplained bool       // some pending jobs are in no plan yet (canSkipLocked)
 	stuck       bool       // the last plan left every pending job stuck (see stuckLocked)
 	nodeBuf     []engine.Node
 	explainMore bool // explanations of the last plan remain to publish
@@ -379,7 +380,14 @@ func (s *Scheduler) addPending(ctx context.Context, j jobs.Job) {
 	}
 }
 
-// setPhase moves a tracked job between phases (s.mu held).
+// setPhase moves a tracked job between phases (s.mu held). Only a job
+// put back in the queue calls for a new plan (it frees room, and waits
+// again): a placement of the last plan (pending → assigned) only takes
+// room that plan already counted, and a start (assigned → running) changes
+// no room at all, so neither can let another job start (see canSkipLocked;
+// TestSkippedPlanPlacesNothing checks it). They made a full cycle run
+// after every placement and every start report, each re-planning every
+// pending job.
 func (s *Scheduler) setPhaseLocked(t *tracked, p Phase) {
 	if t.phase == PhasePending && p != PhasePending {
 		s.pendingN--
@@ -390,9 +398,9 @@ func (s *Scheduler) setPhaseLocked(t *tracked, p Phase) {
 			s.log.Debug("release of a job without allocation", "job", t.id())
 		}
 		t.placement = nil
+		s.replan = true
 	}
 	t.phase = p
-	s.replan = true
 }
 
 // dropLocked forgets a job (s.mu held), releasing what it held.
@@ -634,6 +642,7 @@ func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 	s.ended = nil
 	s.replan = false
 	s.added = nil
+	s.unexplained = false
 	s.plannedAt = snap.Now
 	s.mu.Unlock()
 
@@ -751,21 +760,24 @@ func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 // reservation, final rejections of the new jobs, the State) waits for the
 // next plan, at most FullReplan later, as in an idle cycle.
 // TestSkippedPlanPlacesNothing checks this on random histories.
+//
+// New jobs that wait are planned, and so explained and given a position,
+// within explainNewWithin all the same, not only at the next full re-plan.
 func (s *Scheduler) canSkipLocked() bool {
-	if len(s.added) == 0 {
-		return true
-	}
-	if !s.stuck {
-		return false
-	}
-	s.nodeBuf = s.ledger.SnapshotInto(s.nodeBuf, nil)
-	for _, t := range s.added {
-		if t.phase == PhasePending && engine.FitsNow(s.nodeBuf, t.ej) {
+	if len(s.added) > 0 {
+		if !s.stuck {
 			return false
 		}
+		s.nodeBuf = s.ledger.SnapshotInto(s.nodeBuf, nil)
+		for _, t := range s.added {
+			if t.phase == PhasePending && engine.FitsNow(s.nodeBuf, t.ej) {
+				return false
+			}
+		}
+		s.added = s.added[:0] // stuck with the others now
+		s.unexplained = true
 	}
-	s.added = s.added[:0] // stuck with the others now
-	return true
+	return !s.unexplained || s.cfg.Clock.Now().Sub(s.plannedAt) < explainNewWithin
 }
 
 // stuckLocked reports whether plan left every pending job unable to start
@@ -822,6 +834,10 @@ func (s *Scheduler) snapshotLocked() engine.Snapshot {
 		Accounts: s.cfg.Accounts,
 	}
 }
+
+// explainNewWithin bounds how long a new job that cannot start waits for
+// its first explanation (see canSkipLocked).
+const explainNewWithin = 2 * time.Second
 
 // sortedIDsLocked returns the ids of the tracked jobs in order: the last
 // order with the ids added since merged in and those deleted left out

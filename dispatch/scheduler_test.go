@@ -417,9 +417,9 @@ func TestFenced(t *testing.T) {
 		h := newHarness(t, nil)
 		h.nodes.add(cpuNode("a", 4, 8192))
 		h.submit(h.newJob("j0", 4, 1, withPriority(9)))
+		h.submit(h.newJob("j1", 4, 1))
 		h.mustCycle()
 		h.agentStart("j0")
-		h.submit(h.newJob("j1", 4, 1))
 		h.mustCycle()
 		h.wantPhase("j0", PhaseRunning)
 		h.wantPhase("j1", PhasePending)
@@ -450,7 +450,14 @@ func TestFenced(t *testing.T) {
 			h.nodes.silence("a")
 			h.clk.Advance(61 * time.Second)
 		}},
-		{name: "explanation", setup: busy, want: jobs.ErrFenced, act: func(h *harness) { h.clk.Advance(3 * time.Second) }},
+		{name: "explanation", want: jobs.ErrFenced, setup: func(t *testing.T) *harness {
+			// A job that cannot start, in no plan yet: its first
+			// explanation is due explainNewWithin later.
+			h := busy(t)
+			h.submit(h.newJob("j2", 4, 1))
+			h.mustCycle()
+			return h
+		}, act: func(h *harness) { h.clk.Advance(3 * time.Second) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := tc.setup(t)
