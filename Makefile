@@ -26,6 +26,10 @@ deps: ## Install what the tests need (redis-server, python3-redis) if missing
 test: deps ## Install what is missing, then run every test with the race detector
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 	@GO=$(GO) scripts/test-unprivileged.sh
+	@GO=$(GO) scripts/test-python.sh
+
+test-python: deps ## The Python client's tests (clients/python) against a real Redis and adapter
+	@GO=$(GO) scripts/test-python.sh
 
 test-short: deps ## Unit tests only (skips integration/)
 	$(GO) test -short -count=1 $(PKGS)
@@ -51,4 +55,4 @@ rewrite: ## Refresh the engine's golden scenario files
 tidy: ## go mod tidy
 	$(GO) mod tidy
 
-.PHONY: help build run deps test test-short bench sim lint rewrite tidy
+.PHONY: help build run deps test test-short test-python bench sim lint rewrite tidy

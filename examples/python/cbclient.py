@@ -117,7 +117,9 @@ def retract(r, entry_id, board="default"):
     """Withdraw a request: its status becomes retracted (the adapter reads the
     status itself; the event only tells it sooner). A job not yet started
     never starts; a running one is stopped and ends cancelled; a finished
-    one keeps its outcome. Returns False if the entry is not active."""
+    one keeps its outcome. The entry may be active (not yet accepted) or
+    consumed (accepted: queued or running). Returns False if it is already
+    withdrawn, expired or gone."""
     import redis  # for WatchError; redis-py is the only dependency
     p = prefix(board)
     key = f"{p}:entry:{entry_id}"
@@ -127,7 +129,7 @@ def retract(r, entry_id, board="default"):
                 pipe.watch(key)
                 h = pipe.hmget(key, "status", "topic")
                 old, topic = [v.decode() if isinstance(v, bytes) else v for v in h]
-                if old != "active":
+                if old not in ("active", "consumed"):
                     return False
                 pipe.multi()
                 pipe.hset(key, "status", "retracted")
