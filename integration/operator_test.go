@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +82,14 @@ func TestOperatorCommands(t *testing.T) {
 		o, code := cli(t, "inbox", "list", "--api", api, "--module", "critic")
 		return code == 0 && json.Unmarshal([]byte(o), &list) == nil && len(list.Items) == 2
 	})
+	// `adapter top --once` shows what the API says: the node with its one
+	// job, one job pending in the engine, two requests held, one rejected.
+	if o, code := cli(t, "top", "--once", "--api", api); code != 0 ||
+		!regexp.MustCompile(`(?m)^small\s+local\s+ok\s+1\.0/1\.0\s+\S+\s+0/0\s+1\s*$`).MatchString(o) ||
+		!strings.Contains(o, "pending 1  running 1") || !strings.Contains(o, "held 2 of") ||
+		!strings.Contains(o, "rejected 1") || !strings.Contains(o, "1 nodes, 1 healthy") {
+		t.Errorf("top --once: exit %d\n%s", code, o)
+	}
 	if o, code := cli(t, "inbox", "show", a, "--api", api, "--token", token); code != 0 || !strings.Contains(o, a) {
 		t.Fatalf("inbox show: exit %d\n%s", code, o)
 	}
@@ -139,5 +148,11 @@ func TestOperatorCommands(t *testing.T) {
 	}
 	for _, id := range []string{engineHeld, a, b} {
 		waitStatus(t, st, id, wire.JobSucceeded)
+	}
+	// `post --wait` says how the job moves, then prints its entry.
+	o, code = cli(t, "post", "--redis", srv.URL(), "--board", board, "--template", "count", "--wait", "--timeout", "60s")
+	if code != 0 || !regexp.MustCompile(`(?m)^ *[0-9]+\.[0-9]{2}s  succeeded on small$`).MatchString(o) ||
+		!strings.Contains(o, `"status": "succeeded"`) {
+		t.Errorf("post --wait: exit %d\n%s", code, o)
 	}
 }

@@ -105,12 +105,22 @@ func runPost(ctx context.Context, args []string, getenv func(string) string, std
 	if !*wait {
 		return nil
 	}
-	deadline := time.Now().Add(*timeout)
+	start := time.Now()
+	deadline := start.Add(*timeout)
+	last := wire.JobStatus("")
 	for time.Now().Before(deadline) {
-		je, err := store.Get(ctx, wire.JobID(id))
-		if err == nil {
-			var jd wire.JobData
-			if json.Unmarshal(je.Data, &jd) == nil && jd.Status.Terminal() {
+		var jd wire.JobData
+		if je, err := store.Get(ctx, wire.JobID(id)); err == nil && json.Unmarshal(je.Data, &jd) == nil {
+			if jd.Status != last {
+				// Progress, on stderr: the job's status as it changes.
+				last = jd.Status
+				where := ""
+				if jd.Node != "" {
+					where = " on " + jd.Node
+				}
+				fmt.Fprintf(stderr, "%6.2fs  %s%s\n", time.Since(start).Seconds(), jd.Status, where)
+			}
+			if jd.Status.Terminal() {
 				out, _ := json.MarshalIndent(jd, "", "  ")
 				fmt.Fprintln(stdout, string(out))
 				if jd.Status != wire.JobSucceeded {

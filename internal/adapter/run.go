@@ -49,6 +49,8 @@ Usage:
         inspect and steer a running adapter's inbox (through its HTTP API)
   adapter jobs list|show ID|explain ID [--redis URL]
         read job records and the engine's explanation of a pending job
+  adapter top [--api URL] [--interval 1s] [--once]
+        a live view of the pool, the jobs, the inbox and the nodes
   adapter sim TRACE [--policy NAME | --compare A,B,...|all] [--json] [--seed N]
         replay a workload trace through the real engine on a virtual clock
   adapter version
@@ -74,6 +76,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runACL(ctx, rest, getenv, stdout, stderr)
 	case "jobs":
 		return runJobs(ctx, rest, getenv, stdout, stderr)
+	case "top":
+		return runTop(ctx, rest, getenv, stdout, stderr)
 	case "sim":
 		return runSim(ctx, rest, stdout, stderr)
 	case "version":
