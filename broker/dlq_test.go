@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -204,5 +206,86 @@ func TestNonHashEntry(t *testing.T) {
 		if typ, _ := bd.rdb.Type(ctx, bd.keys.Entry(id)).Result(); typ != "list" {
 			t.Errorf("the foreign key was touched: %s", typ)
 		}
+	}
+}
+
+// TestDLQReplayInBatches: replaying the dead letters in batches (what
+// `adapter inbox dlq replay --all` does, to show its progress) replays
+// each once, says how many it looked at and where to go on, and reaches
+// the end; over HTTP, count asks for one batch.
+func TestDLQReplayInBatches(t *testing.T) {
+	bd := newBoard(t)
+	b := bd.broker(t, Config{})
+	ctx := t.Context()
+	insp := b.Inspector()
+	var ids []string
+	for range 5 {
+		ids = append(ids, bd.post(t, "m", okData))
+	}
+	feed(t, b)
+	for _, id := range ids {
+		if err := insp.Drop(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	total, after := 0, ""
+	for round := 0; ; round++ {
+		n, looked, next, err := insp.DLQReplayBatch(ctx, after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n
+		if want := min(2, 5-2*round); looked != want || n != want {
+			t.Fatalf("batch %d: replayed %d, looked at %d; want %d", round, n, looked, want)
+		}
+		if looked < 2 {
+			break
+		}
+		after = next
+	}
+	if total != 5 {
+		t.Errorf("replayed %d in batches, want 5", total)
+	}
+	if dls, _ := insp.DLQList(ctx, "", 0); len(dls) != 0 {
+		t.Errorf("%d dead letters left", len(dls))
+	}
+
+	// Over HTTP, one batch of 1 of the two dropped again.
+	feed(t, b)
+	for _, id := range ids[:2] {
+		if err := insp.Drop(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := httptest.NewServer(b.Handler())
+	defer srv.Close()
+	resp, err := http.Post(srv.URL+"/api/v1/inbox/dlq/replay?count=1", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&got)
+	resp.Body.Close()
+	// No token configured: changes are refused (403).
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("batch replay without a configured token: %s %v", resp.Status, got)
+	}
+	b2 := bd.broker(t, Config{Consumer: "tok", OperatorToken: "t"})
+	srv2 := httptest.NewServer(b2.Handler())
+	defer srv2.Close()
+	req, _ := http.NewRequest("POST", srv2.URL+"/api/v1/inbox/dlq/replay?count=1", nil)
+	req.Header.Set("Authorization", "Bearer t")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = nil
+	_ = json.NewDecoder(resp.Body).Decode(&got)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || got["replayed"] != 1.0 || got["looked_at"] != 1.0 || got["done"] != false || got["next"] == "" {
+		t.Errorf("one batch of 1 over HTTP: %s %v", resp.Status, got)
+	}
+	if n, err := insp.DLQReplayAll(ctx); err != nil || n != 1 {
+		t.Errorf("DLQReplayAll = %d, %v; want the 1 left", n, err)
 	}
 }

@@ -26,7 +26,7 @@ import (
 //	GET    /api/v1/inbox/stats                                       Stats (public)
 //	GET    /api/v1/inbox/dlq?after=&count=                           DLQList (sensitive)
 //	POST   /api/v1/inbox/dlq/{id}/replay                             DLQReplay (change)
-//	POST   /api/v1/inbox/dlq/replay                                  DLQReplayAll (change)
+//	POST   /api/v1/inbox/dlq/replay?count=&after=                    DLQReplayAll, or one batch (change)
 //
 // Public reads need no token. Sensitive reads (they show request payloads
 // and environments) need "Authorization: Bearer <Config.OperatorToken>"
@@ -402,13 +402,35 @@ func (h *handler) dlqReplay(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"replayed": r.PathValue("id"), "message_id": id})
 }
 
+// dlqReplayAll replays every dead letter, or with count (and after, a
+// cursor) one batch of them, saying where to go on from and whether the
+// stream's end was reached.
 func (h *handler) dlqReplayAll(w http.ResponseWriter, r *http.Request) {
-	n, err := h.i.DLQReplayAll(r.Context())
+	q := r.URL.Query()
+	after := q.Get("after")
+	if after != "" && !validStreamID(after) {
+		writeError(w, http.StatusBadRequest, "bad_request", "after must be a dead-letter id such as 1767225600000-0")
+		return
+	}
+	if q.Get("count") == "" && after == "" {
+		n, err := h.i.DLQReplayAll(r.Context())
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"replayed": n, "done": true})
+		return
+	}
+	max, ok := countParam(w, r, "count")
+	if !ok {
+		return
+	}
+	n, looked, next, err := h.i.DLQReplayBatch(r.Context(), after, max)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"replayed": n})
+	writeJSON(w, http.StatusOK, map[string]any{"replayed": n, "looked_at": looked, "next": next, "done": looked < max})
 }
 
 func writeErr(w http.ResponseWriter, err error) {

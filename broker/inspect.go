@@ -309,23 +309,47 @@ func (i *Inspector) DLQReplay(ctx context.Context, id string) (string, error) {
 
 // DLQReplayAll replays every dead letter that holds a readable entry and
 // returns how many it replayed.
+//
+// It looks at as many as the stream held when it began: a replayed request
+// that is refused again is dead-lettered anew, at the stream's end, and
+// must not be replayed again by the same call (nor keep it going).
 func (i *Inspector) DLQReplayAll(ctx context.Context) (int, error) {
+	held, err := i.b.rdb.XLen(ctx, i.b.keys.DLQ()).Result()
+	if err != nil {
+		return 0, fmt.Errorf("broker: replay all: %w", err)
+	}
 	n, after := 0, ""
-	for {
-		dls, err := i.DLQList(ctx, after, 200)
-		if err != nil {
+	for seen := 0; int64(seen) < held; {
+		k, looked, next, err := i.DLQReplayBatch(ctx, after, int(min(200, held-int64(seen))))
+		n += k
+		seen += looked
+		if err != nil || looked == 0 {
 			return n, err
 		}
-		if len(dls) == 0 {
-			return n, nil
-		}
-		for _, dl := range dls {
-			after = dl.ID
-			if _, err := i.DLQReplay(ctx, dl.ID); err == nil {
-				n++
-			} else if ctx.Err() != nil {
-				return n, ctx.Err()
-			}
+		after = next
+	}
+	return n, nil
+}
+
+// DLQReplayBatch replays, as DLQReplayAll does, at most max of the dead
+// letters after cursor after ("": from the oldest). It returns how many it
+// replayed, how many it looked at (fewer than max: the end of the stream),
+// and the cursor to go on from (the last one it looked at): what a client
+// that shows its progress through a long replay calls in a loop.
+func (i *Inspector) DLQReplayBatch(ctx context.Context, after string, max int) (n, looked int, next string, err error) {
+	dls, err := i.DLQList(ctx, after, max)
+	if err != nil {
+		return 0, 0, after, err
+	}
+	next = after
+	for _, dl := range dls {
+		next = dl.ID
+		looked++
+		if _, err := i.DLQReplay(ctx, dl.ID); err == nil {
+			n++
+		} else if ctx.Err() != nil {
+			return n, looked, next, ctx.Err()
 		}
 	}
+	return n, looked, next, nil
 }

@@ -149,6 +149,13 @@ func TestOperatorCommands(t *testing.T) {
 	for _, id := range []string{engineHeld, a, b} {
 		waitStatus(t, st, id, wire.JobSucceeded)
 	}
+	// `inbox dlq replay --all` goes in batches, saying how far it got; the
+	// refused request is refused again (and not replayed twice).
+	o, code = cli(t, "inbox", "dlq", "replay", "--all", "--api", api, "--token", token)
+	if code != 0 || !regexp.MustCompile(`(?m)^replayed [0-9]+; looked at [1-9][0-9]* of the [1-9][0-9]* dead letters there were$`).MatchString(o) ||
+		!regexp.MustCompile(`(?m)^\{"replayed": [0-9]+\}$`).MatchString(o) {
+		t.Errorf("dlq replay --all: exit %d\n%s", code, o)
+	}
 	// `post --wait` says how the job moves, then prints its entry.
 	o, code = cli(t, "post", "--redis", srv.URL(), "--board", board, "--template", "count", "--wait", "--timeout", "60s")
 	if code != 0 || !regexp.MustCompile(`(?m)^ *[0-9]+\.[0-9]{2}s  succeeded on small$`).MatchString(o) ||

@@ -10,12 +10,14 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/broker"
 	"github.com/computeboard/computeboard/engine/sim"
 	"github.com/computeboard/computeboard/internal/clock"
 	"github.com/computeboard/computeboard/jobs"
@@ -228,7 +230,7 @@ func runInbox(ctx context.Context, args []string, getenv func(string) string, st
 		case sub == "list":
 			method, path = "GET", "/api/v1/inbox/dlq"
 		case sub == "replay" && *all:
-			method, path = "POST", "/api/v1/inbox/dlq/replay"
+			return replayAll(ctx, c, stdout, stderr)
 		case sub == "replay":
 			id, err := arg(2)
 			if err != nil {
@@ -242,6 +244,42 @@ func runInbox(ctx context.Context, args []string, getenv func(string) string, st
 		return usageError{fmt.Sprintf("inbox: unknown subcommand %q", rest[0])}
 	}
 	return c.do(ctx, method, path, stdout)
+}
+
+// replayAll replays every dead letter in batches, saying on stderr how far
+// it got, and prints the total as JSON. It looks at as many as there were
+// when it began (a request refused again is dead-lettered anew, at the
+// end: it is not replayed again).
+func replayAll(ctx context.Context, c apiClient, stdout, stderr io.Writer) error {
+	var st broker.Stats
+	if err := c.getJSON(ctx, "/api/v1/inbox/stats", &st); err != nil {
+		return err
+	}
+	total, after := 0, ""
+	for looked := 0; int64(looked) < st.DeadLetters; {
+		var b struct {
+			Replayed int    `json:"replayed"`
+			LookedAt int    `json:"looked_at"`
+			Next     string `json:"next"`
+			Done     bool   `json:"done"`
+		}
+		q := url.Values{"count": {strconv.FormatInt(min(200, st.DeadLetters-int64(looked)), 10)}}
+		if after != "" {
+			q.Set("after", after)
+		}
+		if err := c.postJSON(ctx, "/api/v1/inbox/dlq/replay?"+q.Encode(), &b); err != nil {
+			return fmt.Errorf("after replaying %d: %w", total, err)
+		}
+		total += b.Replayed
+		looked += b.LookedAt
+		fmt.Fprintf(stderr, "replayed %d; looked at %d of the %d dead letters there were\n", total, looked, st.DeadLetters)
+		if b.Done || b.LookedAt == 0 {
+			break
+		}
+		after = b.Next
+	}
+	fmt.Fprintf(stdout, "{\"replayed\": %d}\n", total)
+	return nil
 }
 
 type apiClient struct{ base, token string }

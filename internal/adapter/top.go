@@ -161,7 +161,16 @@ func sum(m map[string]int64) int64 {
 
 // getJSON GETs path and decodes its JSON body into v.
 func (c apiClient) getJSON(ctx context.Context, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	return c.callJSON(ctx, http.MethodGet, path, v)
+}
+
+// postJSON POSTs to path (no body) and decodes its JSON answer into v.
+func (c apiClient) postJSON(ctx context.Context, path string, v any) error {
+	return c.callJSON(ctx, http.MethodPost, path, v)
+}
+
+func (c apiClient) callJSON(ctx context.Context, method, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, nil)
 	if err != nil {
 		return err
 	}
@@ -170,7 +179,7 @@ func (c apiClient) getJSON(ctx context.Context, path string, v any) error {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("GET %s: %w (is `adapter serve` running with its HTTP API on?)", path, err)
+		return fmt.Errorf("%s %s: %w (is `adapter serve` running with its HTTP API on?)", method, path, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
@@ -178,10 +187,10 @@ func (c apiClient) getJSON(ctx context.Context, path string, v any) error {
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(body)))
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(body)))
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("GET %s: %w", path, err)
+		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	return nil
 }
