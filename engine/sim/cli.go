@@ -66,8 +66,22 @@ func Main(args []string, stdout, stderr io.Writer, now func() time.Time) error {
 	if *seed != 0 {
 		tr.Seed = *seed
 	}
+	// Progress on stderr, a line per tenth of the jobs ended; the report
+	// itself goes to stdout.
+	opts := Options{Now: now, Progress: func(p Progress) {
+		of := ""
+		if p.Horizon > 0 {
+			of = fmt.Sprintf(" of %s (%d%%)", fmtDur(p.Horizon.Seconds()), 100*p.SimTime/p.Horizon)
+		}
+		done := ""
+		if p.Done {
+			done = ": done"
+		}
+		fmt.Fprintf(stderr, "sim %s, policy %s: simulated %s%s; %d of %d jobs ended%s\n",
+			tr.Name, p.Policy, fmtDur(p.SimTime.Seconds()), of, p.Ended, p.Jobs, done)
+	}}
 	if *compare == "" {
-		r, err := RunTimed(tr, *policy, now)
+		r, err := RunWith(tr, *policy, opts)
 		if err != nil {
 			return err
 		}
@@ -95,9 +109,13 @@ func Main(args []string, stdout, stderr io.Writer, now func() time.Time) error {
 			return err
 		}
 	}
-	rs, err := CompareTimed(tr, names, now)
-	if err != nil {
-		return err
+	rs := make([]Report, 0, len(names))
+	for _, n := range names {
+		r, err := RunWith(tr, n, opts)
+		if err != nil {
+			return err
+		}
+		rs = append(rs, r)
 	}
 	if *asJSON {
 		return writeJSON(stdout, rs)

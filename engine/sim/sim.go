@@ -33,6 +33,32 @@ func Run(tr *Trace, policy string) (Report, error) { return RunTimed(tr, policy,
 // RunTimed is Run that also measures the engine's wall-clock time with now
 // (time.Now, say; the package itself never reads a clock).
 func RunTimed(tr *Trace, policy string, now func() time.Time) (Report, error) {
+	return RunWith(tr, policy, Options{Now: now})
+}
+
+// Options are RunWith's. Now measures the wall-clock figures (time.Now,
+// say; nil: none are measured). Progress, when set, is called as the run
+// goes: each time another tenth of the trace's horizon has been simulated
+// (of its jobs ended, for a trace without one: generators make jobs as
+// they go, so their number is not known before), and once at the end.
+type Options struct {
+	Now      func() time.Time
+	Progress func(Progress)
+}
+
+// Progress is how far a run has got.
+type Progress struct {
+	Policy  string
+	Ended   int           // jobs ended (done, or dropped by a final rejection)
+	Jobs    int           // jobs arrived or known so far
+	SimTime time.Duration // simulated time since the trace's start
+	Horizon time.Duration // the trace's horizon; 0: none (it ends with its jobs)
+	Done    bool          // the run is over
+}
+
+// RunWith is Run with Options.
+func RunWith(tr *Trace, policy string, o Options) (Report, error) {
+	now := o.Now
 	if err := tr.Validate(); err != nil {
 		return Report{}, err
 	}
@@ -49,6 +75,7 @@ func RunTimed(tr *Trace, policy string, now func() time.Time) (Report, error) {
 		return Report{}, err
 	}
 	s.wallNow = now
+	s.progress = o.Progress
 	if err := s.run(); err != nil {
 		return Report{}, fmt.Errorf("sim %s, policy %s, t=%s: %w", tr.Name, name, fmtDur(s.sec(s.now)), err)
 	}
@@ -215,6 +242,31 @@ type sim struct {
 	engineTime time.Duration
 	wall       time.Duration
 	wallNow    func() time.Time // measures engineTime and wall; nil: not measured
+
+	progress func(Progress) // nil: not reported
+	endedN   int            // jobs done or dropped
+	reported int            // tenths of the jobs reported ended
+}
+
+// reportProgress calls progress once another tenth of the jobs has ended (and,
+// with final, at the end).
+func (s *sim) reportProgress(final bool) {
+	if s.progress == nil {
+		return
+	}
+	tenths := 0
+	switch {
+	case s.horizon > 0:
+		tenths = int(10 * s.now / s.horizon)
+	case len(s.jobs) > 0:
+		tenths = 10 * s.endedN / len(s.jobs)
+	}
+	if !final && (tenths <= s.reported || tenths >= 10) {
+		return // the end is reported once, as final
+	}
+	s.reported = tenths
+	s.progress(Progress{Policy: s.name, Ended: s.endedN, Jobs: len(s.jobs), SimTime: time.Duration(s.now),
+		Horizon: time.Duration(s.horizon), Done: final})
 }
 
 func newSim(tr *Trace, ps PolicySpec, name string) (*sim, error) {
@@ -479,10 +531,12 @@ func (s *sim) run() error {
 			}
 		}
 		s.updateContention()
+		s.reportProgress(false)
 		if s.cycles > maxCycles {
 			return errors.New("too many cycles: the trace does not end")
 		}
 	}
+	s.reportProgress(true)
 	return nil
 }
 
@@ -495,6 +549,7 @@ func (s *sim) arrive(j *job) {
 
 func (s *sim) complete(j *job) {
 	j.state = jobDone
+	s.endedN++
 	j.end = s.now
 	s.lastEnd = max(s.lastEnd, s.now)
 	for k := range j.members {
@@ -580,6 +635,7 @@ func (s *sim) cycle() (int, error) {
 			continue
 		}
 		ref.j.state = jobDropped
+		s.endedN++
 		ref.j.dropCode, ref.j.dropMsg = r.Reason, r.Message
 		ref.j.end = s.now
 		s.accts[ref.j.acct].backlog--

@@ -114,6 +114,14 @@ func TestCLI(t *testing.T) {
 			t.Errorf("text report lacks %q:\n%s", s, out.String())
 		}
 	}
+	// Progress goes to stderr, never into the report: a line per tenth of
+	// the jobs ended at most, the last one saying done.
+	lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
+	if n := len(lines); n < 2 || n > 11 || !strings.HasSuffix(lines[n-1], "jobs ended: done") ||
+		!strings.HasPrefix(lines[0], "sim backfill, policy priority: simulated ") || strings.Contains(out.String(), "jobs ended") {
+		t.Errorf("progress on stderr:\n%s", errb.String())
+	}
+	errb.Reset()
 
 	out.Reset()
 	if err := sim.Main([]string{"--compare", "priority,drf", trace, "--json"}, &out, &errb, time.Now); err != nil {
