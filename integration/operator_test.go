@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/computeboard/computeboard/blackboard"
 	"github.com/computeboard/computeboard/internal/adapter"
 	"github.com/computeboard/computeboard/internal/redistest"
 	"github.com/computeboard/computeboard/wire"
@@ -22,21 +23,21 @@ func cli(t *testing.T, args ...string) (string, int) {
 	return out.String(), code
 }
 
-// TestOperatorCommands drives `adapter inbox …` against a running adapter:
-// public reads work without a token; reads that show request payloads
-// (one held request, the dead letters) and writes need it.
-func TestOperatorCommands(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Shared(t)
+// operatorAdapter starts an adapter with operator token token, its HTTP API
+// on, and a one-core node whose scheduler keeps at most one job pending in
+// the engine; it returns once this adapter is the scheduler (its figures
+// are on /metrics), with the Redis server, the board's store and name, and
+// the API's address.
+func operatorAdapter(t *testing.T, token string) (srv *redistest.Server, st *blackboard.Store, board, api string) {
+	t.Helper()
+	srv = redistest.Shared(t)
 	rdb, board := redistest.New(t)
-	st := storeFor(t, rdb, board)
-	const token = "op-s3cret"
+	st = storeFor(t, rdb, board)
 	cfg := smallNodeConfig(t, board, jobDir(t)+"/runs", "operator_token: "+token+"\n")
 	cfg = writeConfig(t, strings.Replace(readFile(t, cfg), "scheduler:\n  interval: 50ms\n", "scheduler:\n  interval: 50ms\n  max_pending: 1\n", 1))
 	_, out := runAdapter(t, "--config", cfg, "--redis", srv.URL(), "--listen", "127.0.0.1:0")
-	api := apiURL(t, out)
-	// The scheduler's figures appear once this adapter is elected.
-	eventually(t, 10*time.Second, "the scheduler's metrics", func() bool {
+	api = apiURL(t, out)
+	eventually(t, 45*time.Second, "the scheduler's metrics", func() bool {
 		resp, err := http.Get(api + "/metrics")
 		if err != nil {
 			return false
@@ -45,6 +46,16 @@ func TestOperatorCommands(t *testing.T) {
 		resp.Body.Close()
 		return strings.Contains(string(body), "computeboard_broker_inbox_capacity")
 	})
+	return srv, st, board, api
+}
+
+// TestOperatorCommands drives `adapter inbox …` against a running adapter:
+// public reads work without a token; reads that show request payloads
+// (one held request, the dead letters) and writes need it.
+func TestOperatorCommands(t *testing.T) {
+	t.Parallel()
+	const token = "op-s3cret"
+	srv, st, board, api := operatorAdapter(t, token)
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 		resp, err := http.Get(api + path)
 		if err != nil {

@@ -137,6 +137,61 @@ func (s *Store) ListActive(ctx context.Context) ([]Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jobs: list active: %w", err)
 	}
+	return s.getMany(ctx, ids)
+}
+
+// ActivePage returns the first limit active jobs (oldest acceptance
+// first) with status st ("": any), and how many active jobs have it. It
+// reads whole records only for the page: the others' status field at most
+// (none without st), so a listing costs little however many jobs are
+// active.
+func (s *Store) ActivePage(ctx context.Context, st wire.JobStatus, limit int) ([]Job, int, error) {
+	limit = max(limit, 0)
+	if st == "" {
+		n, err := s.rdb.ZCard(ctx, s.keys.JobsActive()).Result()
+		if err != nil {
+			return nil, 0, fmt.Errorf("jobs: active page: %w", err)
+		}
+		var ids []string
+		if limit > 0 {
+			if ids, err = s.rdb.ZRange(ctx, s.keys.JobsActive(), 0, int64(limit)-1).Result(); err != nil {
+				return nil, 0, fmt.Errorf("jobs: active page: %w", err)
+			}
+		}
+		js, err := s.getMany(ctx, ids)
+		return js, int(n), err
+	}
+	ids, err := s.rdb.ZRange(ctx, s.keys.JobsActive(), 0, -1).Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("jobs: active page: %w", err)
+	}
+	sts := make([]*redis.StringCmd, len(ids))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			sts[i] = p.HGet(ctx, s.keys.Job(id), "status")
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, 0, fmt.Errorf("jobs: active page: %w", err)
+	}
+	var page []string
+	total := 0
+	for i, c := range sts {
+		if c.Val() != string(st) {
+			continue
+		}
+		total++
+		if len(page) < limit {
+			page = append(page, ids[i])
+		}
+	}
+	js, err := s.getMany(ctx, page)
+	return js, total, err
+}
+
+// getMany reads the records of ids in one round trip, in order, leaving
+// out those gone.
+func (s *Store) getMany(ctx context.Context, ids []string) ([]Job, error) {
 	cmds := make([]*redis.MapStringStringCmd, len(ids))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {

@@ -3,7 +3,9 @@ package jobs
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -258,4 +260,40 @@ func TestEngineState(t *testing.T) {
 	if n, _ := bd.rdb.HLen(ctx, bd.keys.EngineState()).Result(); n != 1 {
 		t.Errorf("%s holds %d fields, want 1", bd.keys.EngineState(), n)
 	}
+}
+
+// TestActivePage: a page of the active jobs, oldest first, filtered by
+// status, with how many have that status; the page never reads more
+// records than it returns.
+func TestActivePage(t *testing.T) {
+	bd := newBoard(t)
+	s := bd.jobs
+	ctx := t.Context()
+	var ids []string
+	for i := range 5 {
+		bd.clk.Advance(time.Second) // oldest first: acceptances apart
+		j, _ := bd.accept(t, s, bd.post(t, "m", `{"command":["x"]}`))
+		ids = append(ids, j.JobID)
+		if i%2 == 0 {
+			if _, err := s.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, Update{Node: "n"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check := func(st wire.JobStatus, limit, wantTotal int, want ...string) {
+		t.Helper()
+		page, total, err := s.ActivePage(ctx, st, limit)
+		var got []string
+		for _, j := range page {
+			got = append(got, j.JobID)
+		}
+		if err != nil || total != wantTotal || !slices.Equal(got, want) {
+			t.Errorf("ActivePage(%q, %d) = %v, %d, %v; want %v, %d", st, limit, got, total, err, want, wantTotal)
+		}
+	}
+	check("", 2, 5, ids[0], ids[1])
+	check("", 0, 5)
+	check(wire.JobRunning, 2, 3, ids[0], ids[2])
+	check(wire.JobQueued, 10, 2, ids[1], ids[3])
+	check(wire.JobSucceeded, 10, 0)
 }

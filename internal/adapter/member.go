@@ -359,6 +359,8 @@ func apiHandler(p *poolMember, reg *prometheus.Registry) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, out)
 	})
+	mux.Handle("GET /ui/", uiHandler())
+	mux.HandleFunc("GET /api/v1/jobs", p.listJobs)
 	mux.HandleFunc("GET /api/v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
 		// A job record holds its request's payload and environment: the
 		// token is needed, unless config makes reads public (environment
