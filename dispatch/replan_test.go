@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -314,4 +315,43 @@ func skipHistory(t *testing.T, seed uint64) (checked, planned int) {
 		}
 	}
 	return checked, planned
+}
+
+// TestFairSharesView: the API's fair-share tree has the configured
+// accounts with their targets normalized down the tree, the accounts jobs
+// name with the default shares, usage from the jobs that ran (decayed) and
+// the factors that follow.
+func TestFairSharesView(t *testing.T) {
+	h := newHarness(t, func(c *Config) {
+		c.Accounts = []engine.Account{{Name: "org", Shares: 1}, {Name: "a", Parent: "org", Shares: 1}, {Name: "b", Parent: "org", Shares: 3}}
+	})
+	h.nodes.add(cpuNode("n", 2, 4096))
+	acct := func(a string) jobOpt { return func(j *jobs.Job) { j.Account, j.Request.Account = a, a } }
+	h.submit(h.newJob("ja", 2, 1, acct("a")))
+	h.mustCycle()
+	h.agentStart("ja")
+	h.mustCycle() // the start seen: it runs from here
+	h.clk.Advance(10 * time.Minute)
+	h.agentEnd("ja", wire.JobSucceeded)
+	h.submit(h.newJob("jm", 8, 1, acct("m"))) // fits nowhere: stays pending
+	h.mustCycle()
+	h.clk.Advance(explainNewWithin)
+	h.mustCycle()
+	got := map[string]FairShareView{}
+	for _, v := range h.s.FairShares() {
+		got[v.Account] = v
+	}
+	a, b, m, org := got["a"], got["b"], got["m"], got["org"]
+	switch {
+	case !a.Configured || a.Parent != "org" || math.Abs(a.Target-0.25*org.Target) > 1e-9 || math.Abs(b.Target-0.75*org.Target) > 1e-9:
+		t.Errorf("targets: a %+v, b %+v, org %+v", a, b, org)
+	case a.Usage <= 0 || b.Usage != 0 || a.UsageShare <= 0:
+		t.Errorf("usage: a %+v, b %+v", a, b)
+	case !(a.Factor < b.Factor) || m.Factor != 1:
+		// b used nothing but its parent did (classic: it inherits part of
+		// org's effective usage); m, under the root, used nothing.
+		t.Errorf("factors: a %v, b %v, m %v; want a under b, m 1", a.Factor, b.Factor, m.Factor)
+	case m.Configured || m.Shares != 1 || m.PendingJobs != 1:
+		t.Errorf("the account a pending job names: %+v", m)
+	}
 }

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"maps"
 	"math"
 	"slices"
 
@@ -168,4 +169,82 @@ func dims(r engine.Resources) map[string]int64 {
 		}
 	}
 	return out
+}
+
+// FairShareView is one account of the fair-share tree, for the HTTP API:
+// its target (its shares normalized down the tree) against its usage
+// (decayed, normalized over all usage), and the factor the scheduler
+// computes from them (engine.FairShares).
+type FairShareView struct {
+	Account     string  `json:"account"`
+	Parent      string  `json:"parent,omitempty"` // "" = under the root
+	Shares      float64 `json:"shares"`
+	Configured  bool    `json:"configured"`   // false: an account jobs name, with the default shares
+	Target      float64 `json:"target_share"` // S, in [0, 1]
+	Usage       float64 `json:"usage"`        // decayed usage of the subtree, billing-seconds
+	UsageShare  float64 `json:"usage_share"`  // U, in [0, 1]
+	EffUsage    float64 `json:"effective_usage"`
+	Factor      float64 `json:"factor"` // F: 1 well under its share, 0.5 at it, less over it
+	Running     int     `json:"running_jobs"`
+	PendingJobs int     `json:"pending_jobs"`
+}
+
+// FairShares returns the fair-share tree as of the last plan, its usage
+// decayed to now: the configured accounts and every account a job or the
+// usage names (with the default shares, under the root), by name.
+func (s *Scheduler) FairShares() []FairShareView {
+	s.mu.Lock()
+	now := s.cfg.Clock.Now()
+	usage := s.state.UsageAt(now, s.cfg.Policy.HalfLife)
+	running, pending := map[string]int{}, map[string]int{}
+	for _, t := range s.jobs_ {
+		if t.phase == PhasePending {
+			pending[t.ej.Account]++
+		} else {
+			running[t.ej.Account]++
+		}
+	}
+	s.mu.Unlock()
+	pol := s.cfg.Policy
+	def := pol.DefaultShares
+	if def <= 0 {
+		def = engine.DefaultPolicy().DefaultShares
+	}
+	accts := slices.Clone(s.cfg.Accounts)
+	cfg := map[string]engine.Account{}
+	for _, a := range accts {
+		cfg[a.Name] = a
+	}
+	names := slices.Sorted(maps.Keys(usage))
+	names = append(names, slices.Sorted(maps.Keys(running))...)
+	names = append(names, slices.Sorted(maps.Keys(pending))...)
+	for _, n := range names {
+		if _, ok := cfg[n]; !ok && n != "" {
+			cfg[n] = engine.Account{Name: n, Shares: def}
+			accts = append(accts, cfg[n])
+		}
+	}
+	mode := pol.FairShareMode
+	if mode == "" {
+		mode = engine.DefaultPolicy().FairShareMode
+	}
+	var out []FairShareView
+	for _, sh := range engine.FairShares(accts, usage, mode) {
+		a := cfg[sh.Name]
+		_, configured := s.cfgAccount(sh.Name)
+		out = append(out, FairShareView{Account: sh.Name, Parent: a.Parent, Shares: sh.Shares, Configured: configured,
+			Target: sh.NormShares, Usage: sh.Usage, UsageShare: sh.NormUsage, EffUsage: sh.EffUsage, Factor: sh.Factor,
+			Running: running[sh.Name], PendingJobs: pending[sh.Name]})
+	}
+	return out
+}
+
+// cfgAccount returns the configured account named n.
+func (s *Scheduler) cfgAccount(n string) (engine.Account, bool) {
+	for _, a := range s.cfg.Accounts {
+		if a.Name == n {
+			return a, true
+		}
+	}
+	return engine.Account{}, false
 }

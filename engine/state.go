@@ -75,3 +75,18 @@ func UnmarshalState(data []byte) (State, error) {
 	s.Version = StateVersion
 	return s, nil
 }
+
+// UsageAt returns each account's decayed usage brought to now with
+// half-life h (zero: the default): where a cycle at now starts from, before
+// it charges the jobs that ran since LastNow. For views (the fair-share
+// tree of the API); FairShares turns it into standings.
+func (st State) UsageAt(now time.Time, h time.Duration) map[string]float64 {
+	if h <= 0 {
+		h = DefaultHalfLife
+	}
+	out := make(map[string]float64, len(st.Accounts))
+	for n, a := range st.Accounts {
+		out[n] = decay(a.Usage, now.Sub(a.UsageAt), h)
+	}
+	return out
+}

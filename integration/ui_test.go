@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -328,6 +329,7 @@ func TestUIDashboard(t *testing.T) {
 	getAPI(t, api, "/api/v1/jobs/"+busyJob, token, &rec)
 	uiText(t, ctx, fmt.Sprintf(`#jobs tr[data-job-id=%q] td.status`, busyJob), string(rec.Status))
 	uiText(t, ctx, fmt.Sprintf(`#jobs tr[data-job-id=%q] td.node`, busyJob), rec.Node)
+	uiText(t, ctx, fmt.Sprintf(`#jobs tr[data-job-id=%q] td.provider`, busyJob), "local")
 	uiText(t, ctx, fmt.Sprintf(`#jobs tr[data-job-id=%q] td.status`, pendingJob), string(wire.JobQueued))
 	uiDo(t, ctx, "explain the pending job", chromedp.Click(chromedp.CSS(fmt.Sprintf(`button[data-explain=%q]`, pendingJob))),
 		chromedp.WaitVisible(chromedp.CSS("#explain-body")))
@@ -358,11 +360,29 @@ func TestUIDashboard(t *testing.T) {
 	uiContains(t, ctx, fmt.Sprintf(`#nodes tr[data-node=%q] td[data-dim="cpu"]`, n0.Name), "cores")
 	screenshot(t, ctx, dir, "nodes")
 
-	// Fair share: the accounts with active jobs, with what they hold.
+	// Fair share: the tree the API gives, each account's target, usage
+	// share and factor, with the jobs it runs and has pending.
+	var fs struct {
+		Accounts []struct {
+			Account string  `json:"account"`
+			Target  float64 `json:"target_share"`
+			Factor  float64 `json:"factor"`
+			Running int     `json:"running_jobs"`
+			Pending int     `json:"pending_jobs"`
+		} `json:"accounts"`
+	}
+	getAPI(t, api, "/api/v1/fairshare", "", &fs)
+	if len(fs.Accounts) < 2 {
+		t.Fatalf("the API's fair-share tree: %+v", fs)
+	}
 	uiDo(t, ctx, "open the fair share", chromedp.Click(chromedp.CSS(`#tabs a[data-view="fairshare"]`)),
 		chromedp.WaitVisible(chromedp.CSS("#view-fairshare")))
-	uiText(t, ctx, `#fairshare tr[data-account="planner"] td:nth-child(4)`, "1")
-	uiText(t, ctx, `#fairshare tr[data-account="critic"] td:nth-child(6)`, "1")
+	uiText(t, ctx, `#fairshare tr[data-account="planner"] td:nth-child(6)`, "1")
+	uiText(t, ctx, `#fairshare tr[data-account="critic"] td:nth-child(7)`, "1")
+	for _, a := range fs.Accounts {
+		uiText(t, ctx, fmt.Sprintf(`#fairshare tr[data-account=%q] td:nth-child(3)`, a.Account),
+			fmt.Sprintf("%d%%", int(math.Round(100*a.Target))))
+	}
 	screenshot(t, ctx, dir, "fairshare")
 
 	// The list the Jobs view reads, filtered; the page's headers.

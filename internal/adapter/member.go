@@ -405,6 +405,9 @@ func apiHandler(p *poolMember, reg *prometheus.Registry) http.Handler {
 	mux.HandleFunc("GET /api/v1/nodes", p.scheduler(func(w http.ResponseWriter, r *http.Request, t *term) {
 		writeJSON(w, http.StatusOK, map[string]any{"nodes": t.sched.NodeViews()})
 	}))
+	mux.HandleFunc("GET /api/v1/fairshare", p.scheduler(func(w http.ResponseWriter, r *http.Request, t *term) {
+		writeJSON(w, http.StatusOK, map[string]any{"accounts": t.sched.FairShares()})
+	}))
 	return mux
 }
 

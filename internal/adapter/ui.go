@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/computeboard/computeboard/providers"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -48,6 +49,7 @@ type jobSummary struct {
 	Status      wire.JobStatus  `json:"status"`
 	Attempt     int             `json:"attempt"`
 	Node        string          `json:"node"`
+	Provider    string          `json:"provider,omitempty"` // of the running task (its handle's)
 	SubmittedAt *float64        `json:"submitted_at"`
 	AcceptedAt  float64         `json:"accepted_at"`
 	StartedAt   *float64        `json:"started_at"`
@@ -99,9 +101,13 @@ func (p *poolMember) listJobs(w http.ResponseWriter, r *http.Request) {
 		if len(j.Explanation) == 0 {
 			j.Explanation = nil
 		}
+		var h providers.Handle
+		if j.Handle != "" {
+			_ = json.Unmarshal([]byte(j.Handle), &h) // unreadable: no provider shown
+		}
 		out = append(out, jobSummary{JobID: j.JobID, Account: j.Account, Module: j.Module, Priority: j.Priority,
-			Status: j.Status, Attempt: j.Attempt, Node: j.Node, SubmittedAt: j.SubmittedAt, AcceptedAt: j.AcceptedAt,
-			StartedAt: j.StartedAt, Explanation: j.Explanation})
+			Status: j.Status, Attempt: j.Attempt, Node: j.Node, Provider: h.Provider, SubmittedAt: j.SubmittedAt,
+			AcceptedAt: j.AcceptedAt, StartedAt: j.StartedAt, Explanation: j.Explanation})
 	}
 	accts := []accountShare{}
 	for _, a := range p.cfg.Accounts {

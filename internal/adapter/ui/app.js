@@ -218,18 +218,19 @@ function renderJobs() {
   setText("#jobs-total", j.total + " active" + (j.total > j.jobs.length ? ", first " + j.jobs.length + " shown" : ""));
   const now = Date.now() / 1000;
   fill($("#jobs tbody"), j.jobs.map((job) => ({
-    sig: [job.job_id, job.status, job.node, job.job_id === state.selectedJob],
+    sig: [job.job_id, job.status, job.node, job.provider, job.job_id === state.selectedJob],
     tr: el("tr", { "data-job-id": job.job_id, class: job.job_id === state.selectedJob ? "selected" : "" },
       el("td", {}, el("code", { title: job.job_id, text: shortID(job.job_id) })),
       el("td", { class: "status st-" + job.status, text: job.status }),
       el("td", { class: "node", text: job.node || "–" }),
+      el("td", { class: "provider", text: job.provider || "–" }),
       el("td", { text: job.account }), el("td", { text: job.module }),
       el("td", { class: "num", text: job.priority }),
       el("td", { class: "num age", "data-since": job.accepted_at, text: fmtAge(now - job.accepted_at) }),
       el("td", {}, job.status === "queued" ? el("button", { type: "button", "data-explain": job.job_id,
         "data-key": "explain:" + job.job_id, "aria-label": "Explain job " + job.job_id,
         onclick: () => selectJob(job.job_id) }, "Explain") : null)),
-  })), "no active jobs", 8);
+  })), "no active jobs", 9);
   renderExplain();
 }
 
@@ -287,42 +288,36 @@ function renderNodes() {
 }
 
 function renderFairShare() {
-  const j = state.data.jobs;
-  if (!j) return;
-  const acc = new Map();
-  const get = (name) => {
-    if (!acc.has(name)) acc.set(name, { name, shares: null, running: 0, queued: 0, factor: null });
-    return acc.get(name);
-  };
-  for (const a of j.accounts || []) get(a.name).shares = a.shares;
-  let running = 0;
-  for (const job of j.jobs) {
-    const a = get(job.account || "(none)");
-    if (job.status === "running") { a.running++; running++; } else a.queued++;
-    const ex = job.explanation;
-    if (job.status === "queued" && ex && typeof ex.fair_share === "number") a.factor = ex.fair_share;
+  const list = state.data.fairshare;
+  if (!list) return;
+  // The tree: each account under its parent, parents first.
+  const kids = new Map();
+  for (const a of list) {
+    const p = list.some((b) => b.account === a.parent) ? a.parent : "";
+    if (!kids.has(p)) kids.set(p, []);
+    kids.get(p).push(a);
   }
-  const configured = (j.accounts || []).length > 0;
-  // Without configured accounts every account has one share.
-  let total = 0;
-  for (const a of acc.values()) total += configured ? (a.shares || 0) : 1;
-  const rows = [...acc.values()].sort((a, b) => a.name.localeCompare(b.name)).map((a) => {
-    const sh = configured ? (a.shares || 0) : 1;
-    const share = total ? sh / total : 0;
-    const held = running ? a.running / running : 0;
-    const ratio = a.factor === null ? null : (a.factor > 0 ? -Math.log2(a.factor) : Infinity);
-    return { sig: [a.name, sh, a.running, a.queued, a.factor, running],
-      tr: el("tr", { "data-account": a.name },
-        el("td", { text: a.name }),
-        el("td", { class: "num", text: configured ? (a.shares === null ? "default" : a.shares) : "1 (default)" }),
-        el("td", {}, bar(share), pct(share)),
-        el("td", { class: "num", text: a.running }),
-        el("td", {}, bar(held), pct(held)),
-        el("td", { class: "num", text: a.queued }),
-        el("td", { class: "num factor", text: a.factor === null ? "–" : a.factor.toFixed(3) }),
-        el("td", { class: "num", text: ratio === null ? "–" : (isFinite(ratio) ? ratio.toFixed(2) : "∞") })) };
-  });
-  fill($("#fairshare tbody"), rows, "no accounts with active jobs", 8);
+  const ordered = [];
+  const walk = (p, depth) => {
+    for (const a of (kids.get(p) || []).sort((x, y) => x.account.localeCompare(y.account))) {
+      if (ordered.length > list.length) return; // a cycle: never here (the engine breaks them)
+      ordered.push([a, depth]);
+      walk(a.account, depth + 1);
+    }
+  };
+  walk("", 0);
+  const rows = ordered.map(([a, depth]) => ({
+    sig: [a.account, depth, a.shares, a.target_share, a.usage_share, a.factor, a.running_jobs, a.pending_jobs],
+    tr: el("tr", { "data-account": a.account },
+      el("td", { class: "account", "data-depth": depth, text: "\u2003".repeat(depth) + a.account }),
+      el("td", { class: "num", text: a.shares + (a.configured ? "" : " (default)") }),
+      el("td", {}, bar(a.target_share), pct(a.target_share)),
+      el("td", {}, bar(a.usage_share), pct(a.usage_share)),
+      el("td", { class: "num factor", text: a.factor.toFixed(3) }),
+      el("td", { class: "num", text: a.running_jobs }),
+      el("td", { class: "num", text: a.pending_jobs })),
+  }));
+  fill($("#fairshare tbody"), rows, "no accounts yet", 7);
 }
 
 // ---- charts ---------------------------------------------------------------
@@ -400,6 +395,7 @@ async function poll() {
     dlq: "/api/v1/inbox/dlq?count=200",
     nodes: "/api/v1/nodes",
     jobs: "/api/v1/jobs?limit=500",
+    fairshare: "/api/v1/fairshare",
   };
   const keys = Object.keys(want);
   const results = await Promise.allSettled(keys.map((k) => api(want[k])));
@@ -413,7 +409,8 @@ async function poll() {
     }
     delete state.errors[k];
     const b = r.value.body;
-    state.data[k] = k === "items" ? b.items : k === "dlq" ? b.dead_letters : k === "nodes" ? (b.nodes || []) : b;
+    state.data[k] = k === "items" ? b.items : k === "dlq" ? b.dead_letters : k === "nodes" ? (b.nodes || []) :
+      k === "fairshare" ? (b.accounts || []) : b;
   });
   if (state.selectedJob) {
     try {
