@@ -12,11 +12,11 @@ import (
 // Stats is the scheduler's figures for telemetry: a copy taken under its
 // own short lock, never under a blackboard lock.
 type Stats struct {
-	Utilization map[string]float64 // allocated fraction of the pool, by resource
-	Jobs        wire.JobStatusData
-	Metrics     map[string]float64 // named gauges for compute.metrics
-	Nodes       int                // registered nodes
-	Healthy     int                // of which healthy
+	Utilization map[string]float64 `json:"utilization"` // allocated fraction of the pool, by resource
+	Jobs        wire.JobStatusData `json:"jobs"`
+	Metrics     map[string]float64 `json:"metrics"` // named gauges for compute.metrics
+	Nodes       int                `json:"nodes"`   // registered nodes
+	Healthy     int                `json:"healthy"` // of which healthy
 }
 
 // Stats returns the current figures; inboxDepth is the broker's.

@@ -236,8 +236,9 @@ func TestUIDashboard(t *testing.T) {
 
 	// Overview: the figures and the charts, once a few polls are in.
 	var sched struct {
-		Nodes, Healthy int
-		Jobs           wire.JobStatusData
+		Nodes   int                `json:"nodes"`
+		Healthy int                `json:"healthy"`
+		Jobs    wire.JobStatusData `json:"jobs"`
 	}
 	getAPI(t, api, "/api/v1/scheduler", "", &sched)
 	uiText(t, ctx, "#ov-nodes", fmt.Sprintf("%d (%d)", sched.Nodes, sched.Healthy))

@@ -130,11 +130,11 @@ function showView(name) {
 function renderOverview() {
   const s = state.data.scheduler, st = state.data.stats, nodes = state.data.nodes;
   if (s) {
-    setText("#ov-pending", s.Jobs.pending_jobs);
-    setText("#ov-running", s.Jobs.running_jobs);
-    setText("#ov-completed", s.Jobs.completed_jobs);
-    setText("#ov-failed", s.Jobs.failed_jobs);
-    setText("#ov-nodes", s.Nodes + " (" + s.Healthy + ")");
+    setText("#ov-pending", s.jobs.pending_jobs);
+    setText("#ov-running", s.jobs.running_jobs);
+    setText("#ov-completed", s.jobs.completed_jobs);
+    setText("#ov-failed", s.jobs.failed_jobs);
+    setText("#ov-nodes", s.nodes + " (" + s.healthy + ")");
   } else if (nodes) {
     setText("#ov-nodes", nodes.length);
   }
@@ -376,11 +376,11 @@ function drawCharts() {
 function sample() {
   const s = state.data.scheduler, st = state.data.stats;
   if (!s) return;
-  const u = s.Utilization || {};
+  const u = s.utilization || {};
   // gpu is null when the pool has none (the API leaves it out then).
   state.history.push({ t: Date.now(), cpu: u.cpu || 0, memory: u.memory || 0, gpu: "gpu" in u ? u.gpu : null,
-    depth: st ? st.held : s.Jobs.inbox_depth, pending: s.Jobs.pending_jobs,
-    finished: s.Jobs.completed_jobs + s.Jobs.failed_jobs + s.Jobs.cancelled_jobs });
+    depth: st ? st.held : s.jobs.inbox_depth, pending: s.jobs.pending_jobs,
+    finished: s.jobs.completed_jobs + s.jobs.failed_jobs + s.jobs.cancelled_jobs });
   if (state.history.length > HISTORY) state.history.shift();
 }
 
