@@ -430,6 +430,8 @@ type poolCollector struct {
 	jobs   *prometheus.Desc
 	nodes  *prometheus.Desc
 	future *prometheus.Desc
+	// The scheduler's own figures (dispatch.Stats.Metrics).
+	cycles, placements, lastCycle, events, epoch *prometheus.Desc
 }
 
 func newPoolCollector(s *dispatch.Scheduler, depth func() int) *poolCollector {
@@ -439,6 +441,12 @@ func newPoolCollector(s *dispatch.Scheduler, depth func() int) *poolCollector {
 		nodes: prometheus.NewDesc("computeboard_pool_nodes", "Registered nodes by health.", []string{"health"}, nil),
 		future: prometheus.NewDesc("computeboard_future_timestamps_total",
 			"Requests whose entry timestamp was after their acceptance (a poster's clock ahead, or milliseconds sent as seconds); their wait is counted from acceptance.", nil, nil),
+		cycles:     prometheus.NewDesc("computeboard_scheduler_cycles_total", "Engine runs (plans) in this scheduler term.", nil, nil),
+		placements: prometheus.NewDesc("computeboard_scheduler_placements_total", "Assignments written in this scheduler term.", nil, nil),
+		lastCycle:  prometheus.NewDesc("computeboard_scheduler_last_cycle_seconds", "How long the last engine run took.", nil, nil),
+		events: prometheus.NewDesc("computeboard_scheduler_events_total",
+			"Jobs requeued, lost, reassigned, and placements the ledger refused, in this scheduler term.", []string{"event"}, nil),
+		epoch: prometheus.NewDesc("computeboard_scheduler_epoch", "The fencing epoch of this scheduler's term.", nil, nil),
 	}
 }
 
@@ -447,6 +455,9 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.jobs
 	ch <- c.nodes
 	ch <- c.future
+	for _, d := range []*prometheus.Desc{c.cycles, c.placements, c.lastCycle, c.events, c.epoch} {
+		ch <- d
+	}
 }
 
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
@@ -461,6 +472,15 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.nodes, prometheus.GaugeValue, float64(s.Healthy), "healthy")
 	ch <- prometheus.MustNewConstMetric(c.nodes, prometheus.GaugeValue, float64(s.Nodes-s.Healthy), "unhealthy")
+	m := s.Metrics
+	ch <- prometheus.MustNewConstMetric(c.cycles, prometheus.CounterValue, m["scheduler_cycles"])
+	ch <- prometheus.MustNewConstMetric(c.placements, prometheus.CounterValue, m["scheduler_placements"])
+	ch <- prometheus.MustNewConstMetric(c.lastCycle, prometheus.GaugeValue, m["scheduler_last_cycle_ms"]/1000)
+	ch <- prometheus.MustNewConstMetric(c.epoch, prometheus.GaugeValue, m["scheduler_epoch"])
+	for ev, k := range map[string]string{"requeued": "scheduler_requeued_jobs", "lost": "scheduler_lost_jobs",
+		"reassigned": "scheduler_reassigned", "ledger_refused": "scheduler_ledger_refusals"} {
+		ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, m[k], ev)
+	}
 }
 
 var _ providers.Provider = (*fake.Provider)(nil)
