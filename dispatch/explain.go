@@ -72,15 +72,19 @@ func (s *Scheduler) publishExplanations(ctx context.Context, limit int, minGap t
 	return nil
 }
 
-// Explanations returns the latest plan's explanations by job ID (copy).
-func (s *Scheduler) Explanations() map[string]engine.Explanation {
+// Explanation returns the latest plan's explanation of job id (a copy;
+// false when the plan has none: the job is not pending, or in no plan
+// yet). A scan, not a map of every explanation built per call (10,000
+// entries for one answer, each time an operator asks).
+func (s *Scheduler) Explanation(id string) (engine.Explanation, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]engine.Explanation, len(s.plan.Explanations))
 	for _, e := range s.plan.Explanations {
-		out[e.JobID] = e
+		if e.JobID == id {
+			return e, true
+		}
 	}
-	return out
+	return engine.Explanation{}, false
 }
 
 // Explained is the JSON form of an engine explanation on a job entry.

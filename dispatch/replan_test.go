@@ -337,6 +337,12 @@ func TestFairSharesView(t *testing.T) {
 	h.mustCycle()
 	h.clk.Advance(explainNewWithin)
 	h.mustCycle()
+	if e, ok := h.s.Explanation("jm"); !ok || e.JobID != "jm" || e.Placed || e.Position != 1 {
+		t.Errorf("Explanation(jm) = %+v, %v; want the waiting job, first in order", e, ok)
+	}
+	if _, ok := h.s.Explanation("ja"); ok {
+		t.Error("Explanation of an ended job")
+	}
 	got := map[string]FairShareView{}
 	for _, v := range h.s.FairShares() {
 		got[v.Account] = v

@@ -392,7 +392,7 @@ func apiHandler(p *poolMember, reg *prometheus.Registry) http.Handler {
 		writeJSON(w, http.StatusOK, j)
 	})
 	mux.HandleFunc("GET /api/v1/jobs/{id}/explain", p.scheduler(func(w http.ResponseWriter, r *http.Request, t *term) {
-		e, ok := t.sched.Explanations()[r.PathValue("id")]
+		e, ok := t.sched.Explanation(r.PathValue("id"))
 		if !ok {
 			writeJSON(w, http.StatusNotFound, apiError("not_found", "job "+r.PathValue("id")+" is not pending"))
 			return
