@@ -212,8 +212,9 @@ func (s *Scheduler) FairShares() []FairShareView {
 	}
 	accts := slices.Clone(s.cfg.Accounts)
 	cfg := map[string]engine.Account{}
+	configured := map[string]bool{}
 	for _, a := range accts {
-		cfg[a.Name] = a
+		cfg[a.Name], configured[a.Name] = a, true
 	}
 	names := slices.Sorted(maps.Keys(usage))
 	names = append(names, slices.Sorted(maps.Keys(running))...)
@@ -230,21 +231,9 @@ func (s *Scheduler) FairShares() []FairShareView {
 	}
 	var out []FairShareView
 	for _, sh := range engine.FairShares(accts, usage, mode) {
-		a := cfg[sh.Name]
-		_, configured := s.cfgAccount(sh.Name)
-		out = append(out, FairShareView{Account: sh.Name, Parent: a.Parent, Shares: sh.Shares, Configured: configured,
+		out = append(out, FairShareView{Account: sh.Name, Parent: cfg[sh.Name].Parent, Shares: sh.Shares, Configured: configured[sh.Name],
 			Target: sh.NormShares, Usage: sh.Usage, UsageShare: sh.NormUsage, EffUsage: sh.EffUsage, Factor: sh.Factor,
 			Running: running[sh.Name], PendingJobs: pending[sh.Name]})
 	}
 	return out
-}
-
-// cfgAccount returns the configured account named n.
-func (s *Scheduler) cfgAccount(n string) (engine.Account, bool) {
-	for _, a := range s.cfg.Accounts {
-		if a.Name == n {
-			return a, true
-		}
-	}
-	return engine.Account{}, false
 }

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/computeboard/computeboard/internal/redistest"
 	"github.com/computeboard/computeboard/wire"
@@ -372,15 +371,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	cfg := writeConfig(t, testConfig(board, "operator_token: "+token+"\n"))
 	_, out := runAdapter(t, "--config", cfg, "--redis", srv.URL(), "--listen", "127.0.0.1:0", "--fake-nodes", "1")
 	api := apiURL(t, out)
-	eventually(t, 15*time.Second, "the scheduler's metrics", func() bool {
-		resp, err := http.Get(api + "/metrics")
-		if err != nil {
-			return false
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return strings.Contains(string(body), "computeboard_broker_inbox_capacity")
-	})
+	waitScheduler(t, api)
 	reqID := postData(t, st, "planner", `{"template":"hello"}`, nil)
 	jobID := wire.JobID(reqID)
 	waitStatus(t, st, reqID, wire.JobSucceeded)

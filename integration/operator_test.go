@@ -37,6 +37,14 @@ func operatorAdapter(t *testing.T, token string) (srv *redistest.Server, st *bla
 	cfg = writeConfig(t, strings.Replace(readFile(t, cfg), "scheduler:\n  interval: 50ms\n", "scheduler:\n  interval: 50ms\n  max_pending: 1\n", 1))
 	_, out := runAdapter(t, "--config", cfg, "--redis", srv.URL(), "--listen", "127.0.0.1:0")
 	api = apiURL(t, out)
+	waitScheduler(t, api)
+	return srv, st, board, api
+}
+
+// waitScheduler waits until the adapter at api is the scheduler: its
+// figures are on /metrics once it is elected.
+func waitScheduler(t *testing.T, api string) {
+	t.Helper()
 	eventually(t, 45*time.Second, "the scheduler's metrics", func() bool {
 		resp, err := http.Get(api + "/metrics")
 		if err != nil {
@@ -46,7 +54,6 @@ func operatorAdapter(t *testing.T, token string) (srv *redistest.Server, st *bla
 		resp.Body.Close()
 		return strings.Contains(string(body), "computeboard_broker_inbox_capacity")
 	})
-	return srv, st, board, api
 }
 
 // TestOperatorCommands drives `adapter inbox …` against a running adapter:

@@ -100,18 +100,29 @@ func uiDo(t *testing.T, ctx context.Context, what string, steps ...chromedp.Acti
 // the API every 2 s), and fails with what it shows otherwise.
 func uiText(t *testing.T, ctx context.Context, sel, want string) {
 	t.Helper()
-	var got string
+	uiPoll(t, ctx, sel, fmt.Sprintf("%q", want), func(got string) bool { return strings.TrimSpace(got) == want })
+}
+
+// uiContains polls the page until the element sel's text contains want.
+func uiContains(t *testing.T, ctx context.Context, sel, want string) {
+	t.Helper()
+	uiPoll(t, ctx, sel, fmt.Sprintf("it to contain %q", want), func(got string) bool { return strings.Contains(got, want) })
+}
+
+// uiPoll polls the text of element sel until ok says it is what is wanted
+// (want, for the failure), for up to 45 s.
+func uiPoll(t *testing.T, ctx context.Context, sel, want string, ok func(string) bool) {
+	t.Helper()
 	deadline := time.Now().Add(45 * time.Second)
 	for {
 		c, cancel := context.WithTimeout(ctx, 15*time.Second)
-		s, err := chromedp.Run(c, chromedp.TextContent(chromedp.CSS(sel)))
+		got, err := chromedp.Run(c, chromedp.TextContent(chromedp.CSS(sel)))
 		cancel()
-		got = strings.TrimSpace(s)
-		if err == nil && got == want {
+		if err == nil && ok(got) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the page shows %q in %s (err %v), want %q", got, sel, err, want)
+			t.Fatalf("the page shows %q in %s (err %v), want %s", strings.TrimSpace(got), sel, err, want)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -419,25 +430,5 @@ func TestUIDashboard(t *testing.T) {
 	}
 	if conn, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS("#conn"))); err != nil || !strings.HasPrefix(conn, "updated ") {
 		t.Errorf("the page's connection line: %q (%v)", conn, err)
-	}
-}
-
-// uiContains polls the page until the element sel's text contains want.
-func uiContains(t *testing.T, ctx context.Context, sel, want string) {
-	t.Helper()
-	var got string
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c, cancel := context.WithTimeout(ctx, 5*time.Second)
-		s, err := chromedp.Run(c, chromedp.TextContent(chromedp.CSS(sel)))
-		cancel()
-		got = s
-		if err == nil && strings.Contains(got, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the page shows %q in %s (err %v), want it to contain %q", got, sel, err, want)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -284,20 +284,51 @@ func replayAll(ctx context.Context, c apiClient, stdout, stderr io.Writer) error
 
 type apiClient struct{ base, token string }
 
-func (c apiClient) do(ctx context.Context, method, path string, stdout io.Writer) error {
+// send makes one call (no body) and returns the answer's status and body.
+func (c apiClient) send(ctx context.Context, method, path string) (*http.Response, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, nil)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if c.token != "" { // reads of payloads and dead letters need it too
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w (is `adapter serve` running with its HTTP API on?)", method, path, err)
+		return nil, nil, fmt.Errorf("%s %s: %w (is `adapter serve` running with its HTTP API on?)", method, path, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	return resp, body, err
+}
+
+// getJSON GETs path and decodes its JSON body into v.
+func (c apiClient) getJSON(ctx context.Context, path string, v any) error {
+	return c.callJSON(ctx, http.MethodGet, path, v)
+}
+
+// postJSON POSTs to path (no body) and decodes its JSON answer into v.
+func (c apiClient) postJSON(ctx context.Context, path string, v any) error {
+	return c.callJSON(ctx, http.MethodPost, path, v)
+}
+
+func (c apiClient) callJSON(ctx context.Context, method, path string, v any) error {
+	resp, body, err := c.send(ctx, method, path)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(body)))
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+// do makes one call and prints its answer (indented, when JSON).
+func (c apiClient) do(ctx context.Context, method, path string, stdout io.Writer) error {
+	resp, body, err := c.send(ctx, method, path)
 	if err != nil {
 		return err
 	}

@@ -3,12 +3,10 @@ package adapter
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"maps"
-	"net/http"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -157,40 +155,4 @@ func sum(m map[string]int64) int64 {
 		n += v
 	}
 	return n
-}
-
-// getJSON GETs path and decodes its JSON body into v.
-func (c apiClient) getJSON(ctx context.Context, path string, v any) error {
-	return c.callJSON(ctx, http.MethodGet, path, v)
-}
-
-// postJSON POSTs to path (no body) and decodes its JSON answer into v.
-func (c apiClient) postJSON(ctx context.Context, path string, v any) error {
-	return c.callJSON(ctx, http.MethodPost, path, v)
-}
-
-func (c apiClient) callJSON(ctx context.Context, method, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, nil)
-	if err != nil {
-		return err
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w (is `adapter serve` running with its HTTP API on?)", method, path, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(body)))
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	return nil
 }
