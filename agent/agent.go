@@ -125,6 +125,11 @@ type Agent struct {
 	// reconcile exclusively, so an end is recorded either before the
 	// round looks at its task or after the record was re-asserted.
 	endMu sync.RWMutex
+	// startMu orders starts with reconciliation: a start holds it shared
+	// from its look at holdStarts until its task is tracked, and
+	// reconcile, once holdStarts is set, waits to hold it exclusively, so
+	// a start whose compare-and-set a rollback lost is re-asserted too.
+	startMu sync.RWMutex
 	// bornAt is when this agent was made: how far back reconcile looks
 	// in its providers' task records (see evidenceSince).
 	bornAt time.Time
@@ -379,6 +384,8 @@ func (a *Agent) order(ctx context.Context, m pool.Message) (bool, *task) {
 
 // start runs one start order.
 func (a *Agent) start(ctx context.Context, m pool.Message) (bool, *task) {
+	a.startMu.RLock()
+	defer a.startMu.RUnlock()
 	if a.holdStarts.Load() {
 		return false, nil // reconciling after a Redis restart: later
 	}
@@ -564,6 +571,28 @@ func (a *Agent) startWorked(ctx context.Context, node Node) {
 	a.mu.Lock()
 	a.failing[node.Record.Name] = 0
 	a.mu.Unlock()
+}
+
+// register registers the named nodes again (their registration was lost
+// with Redis's data), each with why it is out of scheduling, if it is.
+func (a *Agent) register(ctx context.Context, names []string) {
+	recs := make([]pool.NodeRecord, 0, len(names))
+	a.mu.Lock()
+	for _, n := range names {
+		node, ok := a.nodes[n]
+		if !ok {
+			continue
+		}
+		rec := node.Record
+		rec.Unhealthy = a.out[n]
+		recs = append(recs, rec)
+	}
+	a.mu.Unlock()
+	if err := a.cfg.Registry.Register(ctx, recs...); err != nil {
+		a.log.Warn("register nodes again", "nodes", names, "err", err)
+		return
+	}
+	a.log.Warn("this agent's nodes were not registered (lost with Redis's data): registered again", "nodes", names)
 }
 
 // setOut registers the node with why it is out of scheduling ("": back in).

@@ -119,6 +119,9 @@ func (a *Agent) roundBeat(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if len(rd.Unregistered) > 0 {
+		a.register(ctx, rd.Unregistered)
+	}
 	if len(rd.Reconcile) == 0 {
 		a.holdStarts.Store(false)
 		return nil
@@ -138,6 +141,28 @@ func (a *Agent) reconcile(ctx context.Context, run string, nodes []string) error
 	for _, n := range nodes {
 		on[n] = true
 	}
+	// The heartbeat loop waits for this: beat meanwhile, so the round
+	// (whose timeout is for nodes that are down) knows this one is alive.
+	lastBeat := time.Now()
+	alive := func() {
+		if time.Since(lastBeat) >= a.cfg.Beat {
+			lastBeat = time.Now()
+			if _, err := a.cfg.Registry.BeatRound(ctx, a.names...); err != nil {
+				a.log.Warn("heartbeat while reconciling", "err", err)
+			}
+		}
+	}
+	// Starts are held (holdStarts); wait for those in flight, whose
+	// compare-and-set may be among the writes Redis lost, to be tracked
+	// (see Agent.startMu).
+	for !a.startMu.TryLock() {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		alive()
+		time.Sleep(5 * time.Millisecond)
+	}
+	a.startMu.Unlock()
 	a.endMu.Lock() // no end is recorded meanwhile (see Agent.endMu)
 	defer a.endMu.Unlock()
 	now := a.cfg.Clock.Now()
@@ -161,17 +186,6 @@ func (a *Agent) reconcile(ctx context.Context, run string, nodes []string) error
 	found := a.evidence(ctx, on, now)
 	var errs []error
 	fixed := 0
-	// The heartbeat loop waits for this: beat meanwhile, so the round
-	// (whose timeout is for nodes that are down) knows this one is alive.
-	lastBeat := time.Now()
-	alive := func() {
-		if time.Since(lastBeat) >= a.cfg.Beat {
-			lastBeat = time.Now()
-			if _, err := a.cfg.Registry.BeatRound(ctx, a.names...); err != nil {
-				a.log.Warn("heartbeat while reconciling", "err", err)
-			}
-		}
-	}
 	step := func(ok bool, err error) {
 		errs = append(errs, err)
 		if ok {

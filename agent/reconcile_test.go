@@ -1,12 +1,15 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/computeboard/computeboard/internal/redistest"
 	"github.com/computeboard/computeboard/jobs"
+	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/providers/fake"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -84,5 +87,110 @@ func TestRecentEndsAreBounded(t *testing.T) {
 	a.rememberEnd(&task{rec: jobs.Job{JobData: wire.JobData{JobID: "last"}}, node: "n1"}, wire.JobSucceeded, jobs.Update{})
 	if n := len(a.ends); n != 1 || len(a.endOrder) != 1 {
 		t.Fatalf("after recentEnds: %d ends, %d in order; want only the last", n, len(a.endOrder))
+	}
+}
+
+// gatedProvider holds each Start in the provider until gate is closed,
+// after saying so on entered: a start in flight.
+type gatedProvider struct {
+	*fake.Provider
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (p *gatedProvider) Start(ctx context.Context, t providers.Task) (providers.Handle, error) {
+	select {
+	case p.entered <- struct{}{}:
+	default:
+	}
+	<-p.gate
+	return p.Provider.Start(ctx, t)
+}
+
+// TestReconcileWaitsForStartsInFlight (the CI failure of 2026-12-02, two
+// requests run twice with both agents live): a start whose
+// compare-and-set Redis acknowledged and then lost is still in the
+// provider when the round asks this node to re-assert. The agent answered
+// with what it tracked, which did not include that task yet; the round
+// closed, and the job, its record gone with Redis, was free to be
+// accepted again and run on another node. Now the round waits for the
+// starts in flight, and the record is re-asserted running here.
+func TestReconcileWaitsForStartsInFlight(t *testing.T) {
+	srv := redistest.StartT(t, redistest.Options{AOF: true})
+	e := newEnvOn(t, srv.Client(t), redistest.Namespace(t))
+	prov := &gatedProvider{Provider: e.prov, entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	a := e.agent(prov, nil)
+	e.run(a)
+	e.waitFor("n1 registered and its first round over", func() bool {
+		open, err := e.reg.RoundOpen(e.ctx)
+		return err == nil && !open && e.rdb.HExists(e.ctx, e.keys.PoolNodes(), "n1").Val() &&
+			e.rdb.Exists(e.ctx, e.keys.NodeAssign("n1")).Val() == 1
+	})
+	snap, err := srv.CopyAOF()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// After the copy, so lost with the rollback: j1 is accepted, assigned
+	// and moved to running by the agent, whose start is then held in the
+	// provider.
+	j1 := e.queued(job30s)
+	e.assign(j1.JobID, "n1")
+	select {
+	case <-prov.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the start never reached the provider")
+	}
+	if r := e.rec(j1.JobID); r.Status != wire.JobRunning {
+		t.Fatalf("j1 is %s while its start is in the provider, want running", r.Status)
+	}
+	if err := srv.RestartFrom(snap); err != nil {
+		t.Fatal(err)
+	}
+	run := e.rdb.InfoMap(e.ctx, "server").Item("Server", "run_id")
+	e.waitFor("the agent's heartbeat to open the round of the restarted Redis", func() bool {
+		return e.rdb.HGet(e.ctx, e.keys.PoolBoot(), "run").Val() == run
+	})
+	// Before the fix the agent answered at once (within a heartbeat of
+	// 20 ms) and the round closed; give it many heartbeats to do so.
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		if open, err := e.reg.RoundOpen(e.ctx); err == nil && !open {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(prov.gate)
+	e.waitFor("the round to close", func() bool {
+		open, err := e.reg.RoundOpen(e.ctx)
+		return err == nil && !open
+	})
+	r1, err := e.jobs.Get(e.ctx, j1.JobID)
+	if err != nil {
+		t.Fatalf("j1's record after the round: %v (its start, in flight during the rollback, was not re-asserted)", err)
+	}
+	if r1.Status != wire.JobRunning || r1.Node != "n1" {
+		t.Errorf("j1 after the round: %s on %q, want running on n1", r1.Status, r1.Node)
+	}
+	if n := prov.Started(); n != 1 {
+		t.Errorf("%d tasks started, want 1", n)
+	}
+}
+
+// TestRegistersAgainAfterDataLoss: Redis loses the node's registration
+// (a restart without persistence, or a rollback to before it registered);
+// before, the agent went on beating for a node the scheduler no longer
+// knew, and the pool had no node until the adapter restarted.
+func TestRegistersAgainAfterDataLoss(t *testing.T) {
+	e := newEnv(t)
+	a := e.agent(nil, nil)
+	e.run(a)
+	e.waitFor("n1 registered", func() bool { return e.rdb.HExists(e.ctx, e.keys.PoolNodes(), "n1").Val() })
+	want := e.rdb.HGet(e.ctx, e.keys.PoolNodes(), "n1").Val()
+	if err := e.rdb.Del(e.ctx, e.keys.PoolNodes()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("n1 registered again", func() bool { return e.rdb.HExists(e.ctx, e.keys.PoolNodes(), "n1").Val() })
+	if got := e.rdb.HGet(e.ctx, e.keys.PoolNodes(), "n1").Val(); got != want {
+		t.Errorf("registered again as %s, want %s", got, want)
 	}
 }

@@ -135,6 +135,9 @@ func (r *Registry) Beat(ctx context.Context, names ...string) error {
 type Round struct {
 	Run       string
 	Reconcile []string
+	// Unregistered are the beating nodes the registry does not hold:
+	// their registration was lost with Redis's data; register them again.
+	Unregistered []string
 }
 
 // BeatRound is Beat, and says which of the nodes must reconcile: after a
@@ -155,14 +158,10 @@ func (r *Registry) BeatRound(ctx context.Context, names ...string) (Round, error
 		return Round{}, fmt.Errorf("pool: heartbeat: %w", err)
 	}
 	var rd Round
-	if len(res) == 3 {
+	if len(res) == 4 {
 		rd.Run, _ = res[1].(string)
-		mine, _ := res[2].([]any)
-		for _, m := range mine {
-			if s, ok := m.(string); ok {
-				rd.Reconcile = append(rd.Reconcile, s)
-			}
-		}
+		rd.Reconcile = strs(res[2])
+		rd.Unregistered = strs(res[3])
 	}
 	return rd, nil
 }
@@ -263,4 +262,16 @@ func (r *Registry) Nodes(ctx context.Context) ([]NodeState, time.Time, error) {
 		return out, now, fmt.Errorf("pool: unreadable node records: %v", bad)
 	}
 	return out, now, nil
+}
+
+// strs is the strings of a Lua array reply.
+func strs(v any) []string {
+	xs, _ := v.([]any)
+	var out []string
+	for _, x := range xs {
+		if s, ok := x.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
 }

@@ -104,3 +104,54 @@ func TestNoNodesNoRound(t *testing.T) {
 		t.Fatalf("round open %v, %v; want closed", open, err)
 	}
 }
+
+// TestUnregisteredNodeBeats: a node that beats but is not registered
+// (its registration lost with Redis's data) is named so its agent
+// registers it again; while a round is open it must reconcile too, and the
+// round waits for it.
+func TestUnregisteredNodeBeats(t *testing.T) {
+	srv := redistest.StartT(t, redistest.Options{AOF: true})
+	rdb := srv.Client(t)
+	k := blackboard.NewKeys(redistest.Namespace(t))
+	ctx := context.Background()
+	reg := NewRegistry(rdb, k)
+	if err := reg.Register(ctx, NodeRecord{Node: inventory.Node{Name: "n1", CPUs: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	// (Register's beat opened the board's first round.)
+	rd, err := reg.BeatRound(ctx, "n1", "n2")
+	if err != nil || !slices.Equal(rd.Unregistered, []string{"n2"}) || !slices.Equal(rd.Reconcile, []string{"n1", "n2"}) {
+		t.Fatalf("beat of n1 (registered) and n2 (not): %+v, %v; want n2 unregistered, both to reconcile", rd, err)
+	}
+	if err := reg.Reconciled(ctx, rd.Run, "n1", "n2"); err != nil {
+		t.Fatal(err)
+	}
+	if rd, err := reg.BeatRound(ctx, "n2"); err != nil || len(rd.Reconcile) != 0 || !slices.Equal(rd.Unregistered, []string{"n2"}) {
+		t.Fatalf("beat of n2 after the round: %+v, %v; want it unregistered, nothing to reconcile", rd, err)
+	}
+	if open, _ := reg.RoundOpen(ctx); open {
+		t.Fatal("round open after every registered node reconciled")
+	}
+
+	// A restart opens a round for n1 only; n2 beats, is not registered,
+	// and must reconcile as well.
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	rd, err = reg.BeatRound(ctx, "n2")
+	if err != nil || !slices.Equal(rd.Reconcile, []string{"n2"}) || !slices.Equal(rd.Unregistered, []string{"n2"}) {
+		t.Fatalf("beat of unregistered n2 in an open round: %+v, %v; want it to reconcile and register", rd, err)
+	}
+	if err := reg.Reconciled(ctx, rd.Run, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if open, _ := reg.RoundOpen(ctx); !open {
+		t.Fatal("round closed before n2 reconciled")
+	}
+	if err := reg.Reconciled(ctx, rd.Run, "n2"); err != nil {
+		t.Fatal(err)
+	}
+	if open, _ := reg.RoundOpen(ctx); open {
+		t.Fatal("round open after n1 and n2 reconciled")
+	}
+}

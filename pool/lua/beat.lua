@@ -12,14 +12,28 @@
 -- ARGV[2] a fixed run id or '' (round.lua's server_run), ARGV[3..] node
 -- names
 -- returns {Redis's time in epoch ms, the Redis run id, the names of
--- ARGV's nodes that must reconcile this round}
+-- ARGV's nodes that must reconcile this round, the names of ARGV's nodes
+-- that are not registered}
+--
+-- A node that beats but is not registered lost its registration with
+-- Redis's data (a restart without persistence, or a rollback to before it
+-- registered): its agent registers it again. While a round is open such
+-- a node must reconcile too, as a registered one would: the round opened
+-- without it, but it runs jobs whose records may have rolled back.
 local ms = redis_ms()
+local unregistered = {}
 for i = 3, #ARGV do
   redis.call('ZADD', KEYS[1], ms, ARGV[i])
+  if redis.call('HEXISTS', KEYS[4], ARGV[i]) == 0 then
+    unregistered[#unregistered + 1] = ARGV[i]
+  end
 end
 local run, open = round_state(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
 local mine = {}
 if open then
+  for _, n in ipairs(unregistered) do
+    redis.call('SADD', KEYS[3], n)
+  end
   for i = 3, #ARGV do
     if redis.call('SISMEMBER', KEYS[3], ARGV[i]) == 1 then
       mine[#mine + 1] = ARGV[i]
@@ -31,4 +45,4 @@ if open then
     redis.call('HSET', KEYS[2], 'at', ms)
   end
 end
-return {ms, run, mine}
+return {ms, run, mine, unregistered}
