@@ -83,7 +83,7 @@ func (c *cycle) releases(latest bool) []release {
 	var evs []release
 	for k := range c.snap.Running {
 		r := &c.snap.Running[k]
-		if !r.Ended.IsZero() && !r.Ended.After(c.now) {
+		if !r.Ended.IsZero() && !r.Ended.After(c.now) || c.pre != nil && c.pre.evicted[k] {
 			continue
 		}
 		n, ok := c.byName[r.Node]

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -21,6 +22,9 @@ type Explanation struct {
 	Reason   Code      `json:",omitempty"` // why not placed; on a placed job only ReasonDeadlineInfeasible (running anyway)
 	Message  string    `json:",omitempty"`
 	EstStart time.Time // Now when placed; the reservation start for the reserved job; else a lower bound from running jobs' estimated ends (zero = unknown)
+	// Evicts are the running jobs evicted to make room for this job (its
+	// Message says why them); see Plan.Evictions.
+	Evicts []string `json:",omitempty"`
 }
 
 // Factors are the terms of the priority formula for one job, before weights
@@ -123,6 +127,14 @@ func (c *cycle) explain() {
 			if ex.Factors.DeadlineMiss {
 				ex.Reason = ReasonDeadlineInfeasible
 				ex.Message = fmt.Sprintf("deadline %s cannot be met (slack %s); running anyway", j.Deadline.Format(time.RFC3339), ex.Factors.Slack)
+			}
+			if vs := c.preempted[i]; len(vs) > 0 {
+				ex.Evicts = vs
+				msg := fmt.Sprintf("evicts %s on %s (%s policy)", strings.Join(vs, ", "), ex.Node, c.policyOf(o.node))
+				if ex.Message != "" {
+					msg = ex.Message + "; " + msg
+				}
+				ex.Message = msg
 			}
 		default:
 			rej := o.rej

@@ -20,13 +20,14 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of engine
 // TestScenarios runs the scripts in testdata/*.txt. A script is a list of
 // commands, one per line; '#' starts a comment. Setup commands:
 //
-//	policy   key=value…            (selection, strategy, fairshare, deadline, order (deadline order), backfill=off, sharecap, quantum, maxage, aging=off, weights=L/A/F/D, halflife, pool.<name>=<strategy>)
+//	policy   key=value…            (selection, strategy, fairshare, deadline, order (deadline order), backfill=off, sharecap, quantum, maxage, aging=off, weights=L/A/F/D, halflife, pool.<name>=<strategy>;
+//	                                preemption: preempt=<policy>, preempt.pool.<name>=<policy>, preempt.minrun, preempt.cooldown, preempt.budget, preempt.acctbudget, preempt.maxvictims, preempt.mode, preempt.weights=P/F/D/R/C)
 //	account  <name> shares=N parent=P quota=<res> guaranteed=<res>
-//	node     <name> cpu=8 mem=32 gpus=<model>x<n>:<GiB> mig=<model>:<GiB>:<p1>+<p2> nvme=… ssd=… hdd=… net=… numa=N label=k=v unhealthy alloc=<res>
-//	job      <id> account=a prio=N cpu=… mem=… gpu=N gpumem=GiB model=M mig=<profile>[xN] tier=<t>:<GiB> net=… sel=k=v numa strategy=S gang=<id>/<size> est=1h limit=2h submitted=-10m deadline=+2h
-//	running  <id> node=N started=-30m (plus job keys)
+//	node     <name> cpu=8 mem=32 gpus=<model>x<n>:<GiB> mig=<model>:<GiB>:<p1>+<p2> nvme=… ssd=… hdd=… net=… numa=N label=k=v unhealthy alloc=<res> cost=C
+//	job      <id> account=a prio=N cpu=… mem=… gpu=N gpumem=GiB model=M mig=<profile>[xN] tier=<t>:<GiB> net=… sel=k=v numa strategy=S gang=<id>/<size> est=1h limit=2h submitted=-10m deadline=+2h nopreempt mode=<eviction mode> modes=<m1>+<m2>
+//	running  <id> node=N started=-30m ckpt=-5m (plus job keys)
 //	advance  <duration>            move Now forward
-//	apply                          start the last plan's placements (pending → running, node allocations updated)
+//	apply                          apply the last plan: evictions (running → stopped; requeued unless cancelled), then placements (pending → running, node allocations updated)
 //	finish   <id>                  end a running job now (frees its node, charges its usage once)
 //	forget                         drop the engine State (usage, tags, deficits)
 //	reset                          start over: no nodes, jobs, accounts, policy or state
@@ -51,6 +52,7 @@ func TestScenarios(t *testing.T) {
 }
 
 type scenario struct {
+	ckpt  time.Time // the last parsed job's checkpoint (running only)
 	t     *testing.T
 	snap  engine.Snapshot
 	state engine.State
@@ -164,7 +166,8 @@ func (sc *scenario) setup(cmd string, args []string) error {
 		if err != nil {
 			return err
 		}
-		r := engine.Running{Job: j, Node: node, Started: j.Submitted}
+		r := engine.Running{Job: j, Node: node, Started: j.Submitted, LastCheckpoint: sc.ckpt}
+		sc.ckpt = time.Time{}
 		return sc.start(r)
 	case "advance":
 		d, err := time.ParseDuration(args[0])
@@ -173,6 +176,20 @@ func (sc *scenario) setup(cmd string, args []string) error {
 		}
 		sc.snap.Now = sc.snap.Now.Add(d)
 	case "apply":
+		for _, ev := range sc.plan.Evictions {
+			var job engine.Job
+			for _, r := range sc.snap.Running {
+				if r.ID == ev.JobID && r.Ended.IsZero() {
+					job = r.Job
+				}
+			}
+			if err := sc.finish(ev.JobID); err != nil {
+				return err
+			}
+			if ev.Mode != engine.ModeCancel {
+				sc.snap.Pending = append(sc.snap.Pending, job)
+			}
+		}
 		byID := map[string]engine.Job{}
 		for _, j := range sc.snap.Pending {
 			byID[j.ID] = j
@@ -322,6 +339,9 @@ func formatPlan(p engine.Plan, st engine.State, now time.Time, explain, showStat
 		}
 		out = append(out, s)
 	}
+	for _, ev := range p.Evictions {
+		out = append(out, fmt.Sprintf("evict %s on %s mode=%s for %s: %s", ev.JobID, ev.Node, ev.Mode, ev.Preemptor, ev.Reason))
+	}
 	if r := p.Reservation; r != nil {
 		out = append(out, fmt.Sprintf("reserve %s at %s on %s", r.JobID, rel(r.Start, now), strings.Join(r.Nodes, ",")))
 	}
@@ -353,6 +373,9 @@ func formatPlan(p engine.Plan, st engine.State, now time.Time, explain, showStat
 			if f.Guaranteed {
 				g = " guaranteed"
 			}
+			if len(e.Evicts) > 0 {
+				status += " evicts=" + strings.Join(e.Evicts, ",")
+			}
 			out = append(out, fmt.Sprintf("  #%d %s acct=%s P=%.3f level=%d age=%.3f fs=%.3f urgency=%.3f slack=%s%s start=%s %s",
 				e.Position, e.JobID, e.Account, e.Priority, f.Level, f.Age, f.FairShare, f.Urgency, slack, g, rel(e.EstStart, now), status))
 		}
@@ -366,6 +389,9 @@ func formatPlan(p engine.Plan, st engine.State, now time.Time, explain, showStat
 		for _, n := range names {
 			a := st.Accounts[n]
 			out = append(out, fmt.Sprintf("  state %s usage=%.1f finish=%.4g deficit=%.4g comp=%.3g", n, a.Usage, a.Finish, a.Deficit, a.Compensation))
+		}
+		for _, r := range st.Preemptions {
+			out = append(out, fmt.Sprintf("  state evicted %s by %s at %s (account %s, pool %q)", r.Job, r.By, rel(r.At, now), r.Account, r.Pool))
 		}
 		if st.VirtualTime != 0 || st.DRRNext != "" {
 			line := fmt.Sprintf("  state V=%.4g drr_next=%s", st.VirtualTime, st.DRRNext)
@@ -417,6 +443,8 @@ func (sc *scenario) policy(args []string) error {
 				}
 			}
 			p.Weights = engine.Weights{Level: w[0], Age: w[1], FairShare: w[2], Deadline: w[3]}
+		case strings.HasPrefix(k, "preempt"):
+			err = sc.preemptKey(k, v)
 		case strings.HasPrefix(k, "pool."):
 			if p.PoolStrategy == nil {
 				p.PoolStrategy = map[string]engine.Strategy{}
@@ -461,6 +489,7 @@ func parseRes(s string) (engine.Resources, error) {
 
 func parseNode(args []string) (engine.Node, error) {
 	b := et.Node(args[0])
+	cost := 0.0
 	numa := 0
 	for _, kv := range args[1:] {
 		k, v, _ := strings.Cut(kv, "=")
@@ -491,6 +520,12 @@ func parseNode(args []string) (engine.Node, error) {
 			b.Label(lk, lv)
 		case "unhealthy":
 			b.Unhealthy()
+		case "cost":
+			c, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return engine.Node{}, err
+			}
+			cost = c
 		case "alloc":
 			r, err := parseRes(v)
 			if err != nil {
@@ -504,12 +539,15 @@ func parseNode(args []string) (engine.Node, error) {
 	if numa > 0 {
 		b.NUMA(numa)
 	}
-	return b.Obj(), nil
+	n := b.Obj()
+	n.Cost = cost
+	return n, nil
 }
 
 func (sc *scenario) parseJob(args []string) (engine.Job, string, error) {
 	b := et.Job(args[0]).Submitted(sc.snap.Now)
 	node := ""
+	var extra []func(*engine.Job)
 	for _, kv := range args[1:] {
 		k, v, _ := strings.Cut(kv, "=")
 		f, _ := strconv.ParseFloat(v, 64)
@@ -569,9 +607,66 @@ func (sc *scenario) parseJob(args []string) (engine.Job, string, error) {
 			}
 		case "node":
 			node = v
+		case "nopreempt":
+			extra = append(extra, func(j *engine.Job) { j.NonPreemptible = true })
+		case "mode":
+			extra = append(extra, func(j *engine.Job) { j.PreemptMode = engine.EvictionMode(v) })
+		case "modes":
+			var ms []engine.EvictionMode
+			for _, m := range strings.Split(v, "+") {
+				ms = append(ms, engine.EvictionMode(m))
+			}
+			extra = append(extra, func(j *engine.Job) { j.PreemptModes = ms })
+		case "ckpt":
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return engine.Job{}, "", err
+			}
+			sc.ckpt = sc.snap.Now.Add(d)
 		default:
 			return engine.Job{}, "", fmt.Errorf("job: unknown key %q", k)
 		}
 	}
-	return b.Obj(), node, nil
+	j := b.Obj()
+	for _, f := range extra {
+		f(&j)
+	}
+	return j, node, nil
+}
+
+func (sc *scenario) preemptKey(k, v string) error {
+	pc := &sc.snap.Preemption
+	var err error
+	switch {
+	case k == "preempt":
+		pc.Policy = engine.PreemptPolicy(v)
+	case strings.HasPrefix(k, "preempt.pool."):
+		if pc.PoolPolicy == nil {
+			pc.PoolPolicy = map[string]engine.PreemptPolicy{}
+		}
+		pc.PoolPolicy[strings.TrimPrefix(k, "preempt.pool.")] = engine.PreemptPolicy(v)
+	case k == "preempt.minrun":
+		pc.MinRuntime, err = time.ParseDuration(v)
+	case k == "preempt.cooldown":
+		pc.Cooldown, err = time.ParseDuration(v)
+	case k == "preempt.budget":
+		pc.BudgetPerHour, err = strconv.Atoi(v)
+	case k == "preempt.acctbudget":
+		pc.AccountBudgetPerHour, err = strconv.Atoi(v)
+	case k == "preempt.maxvictims":
+		pc.MaxVictims, err = strconv.Atoi(v)
+	case k == "preempt.mode":
+		pc.DefaultMode = engine.EvictionMode(v)
+	case k == "preempt.weights":
+		var w [5]float64
+		for i, s := range strings.Split(v, "/") {
+			if w[i], err = strconv.ParseFloat(s, 64); err != nil {
+				return err
+			}
+		}
+		pc.Weights = engine.HybridWeights{Priority: w[0], FairShare: w[1], Deadline: w[2], Resource: w[3], Cost: w[4]}
+	default:
+		return fmt.Errorf("policy: unknown key %q", k)
+	}
+	return err
 }

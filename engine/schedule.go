@@ -23,8 +23,10 @@ import (
 //     (fairshare.go).
 //  4. Walk the order: check deadline, quota and share cap; place the entry
 //     on the best node of its strategy through the node index (binpack.go).
-//     The first entry that does not fit gets a reservation; later entries may
-//     start only if they do not delay it (EASY backfill, backfill.go).
+//     A job that fits nowhere may evict lower running jobs, if preemption
+//     is on, and is then placed on the node freed (preempt.go). The first
+//     entry that does not fit gets a reservation; later entries may start
+//     only if they do not delay it (EASY backfill, backfill.go).
 //  5. Explain every pending job and estimate start times (explain.go);
 //     return the plan and the next State (state.go).
 func Schedule(st State, snap Snapshot) (Plan, State) {
@@ -99,6 +101,9 @@ type cycle struct {
 	quotaEvs   []release // the releases, for quota estimates (explain)
 	quotaEst   map[quotaKey]time.Time
 	quotaSteps int // work spent on quota estimates (budget: estimateBudget)
+
+	pre       *preemptState    // preemption bookkeeping; nil until a job may preempt (preempt.go)
+	preempted map[int][]string // pending index → the jobs evicted for it
 }
 
 func newCycle(st State, snap *Snapshot) *cycle {
@@ -495,6 +500,7 @@ func (c *cycle) commit() {
 		// cycle: 1:1:1 whatever the shares, and unbounded deficits.)
 		c.state.DRRNext, c.state.DRRCredited = c.as.list[s.drr].Name, s.full
 	}
+	c.prunePreemptions()
 	if c.now.After(c.state.LastNow) {
 		c.state.LastNow = c.now
 	}
@@ -576,6 +582,9 @@ func (c *cycle) place() {
 		}
 		rej, ok := c.placeEntry(e)
 		if ok {
+			continue
+		}
+		if c.mayPreempt(e, rej) && c.preempt(e) {
 			continue
 		}
 		if rej.Reason == ReasonNoFit || rej.Reason == ReasonGangNoFit {

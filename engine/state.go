@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 )
 
@@ -31,6 +32,20 @@ type State struct {
 	// and gets no second quantum (false in checkpoints written before the
 	// field existed, which only costs that account one extra quantum).
 	DRRCredited bool `json:"drr_credited,omitempty"`
+	// Preemptions are the evictions of the last hour (or of the last
+	// PreemptionConfig.Cooldown, if longer), oldest first: the budgets and
+	// the ping-pong rules read them (preempt.go). Added within version 1:
+	// older checkpoints read as none.
+	Preemptions []PreemptionRecord `json:"preemptions,omitempty"`
+}
+
+// PreemptionRecord is one eviction planned by an earlier cycle (or this one).
+type PreemptionRecord struct {
+	At      time.Time `json:"at"`
+	Job     string    `json:"job"`               // the victim
+	By      string    `json:"by"`                // the preemptor
+	Account string    `json:"account,omitempty"` // the victim's account
+	Pool    string    `json:"pool,omitempty"`    // the victim's node's pool (Policy.PoolLabel)
 }
 
 // AccountState is one account's scheduling memory.
@@ -51,6 +66,7 @@ type AccountState struct {
 // Clone returns a deep copy.
 func (s State) Clone() State {
 	s.Accounts = maps.Clone(s.Accounts)
+	s.Preemptions = slices.Clone(s.Preemptions)
 	return s
 }
 

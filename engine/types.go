@@ -15,6 +15,9 @@ type Snapshot struct {
 	Pending  []Job     // jobs waiting to be placed
 	Running  []Running // jobs holding resources, plus jobs that ended since the last cycle (Ended set)
 	Accounts []Account // the fair-share tree; accounts named by jobs but missing here get Policy.DefaultShares under the root
+	// Preemption configures victim selection (preempt.go). The zero value
+	// is off: no eviction is ever planned.
+	Preemption PreemptionConfig `json:",omitzero"`
 }
 
 // Node is one machine as the adapter sees it now.
@@ -26,6 +29,10 @@ type Node struct {
 	GPUs      []GPU     // per-device view; when empty, DimGPU counts anonymous GPUs of no model
 	NUMA      []NUMADomain
 	Unhealthy bool // an unhealthy node gets no placements
+	// Cost is the relative price of the node's resources (per billing
+	// unit-hour, e.g. its provider's price); cost-based preemption weighs
+	// the work an eviction loses by it. 0 = 1.
+	Cost float64 `json:",omitempty"`
 }
 
 // Free returns Capacity − Allocated, with negative components clamped to 0.
@@ -91,6 +98,15 @@ type Job struct {
 	Strategy     Strategy          // "" = the pool's or Policy.Strategy
 	GangID       string            // members of a gang share it; "" = not a gang
 	GangSize     int               // total members of the gang
+	// NonPreemptible jobs are never evicted (set by the caller, from the
+	// job's template).
+	NonPreemptible bool `json:",omitempty"`
+	// PreemptMode is how this job is evicted if it is a victim; "" = the
+	// PreemptionConfig's DefaultMode. PreemptModes are the modes its
+	// provider supports (empty = all); when the wanted mode is not among
+	// them the fallback order applies (see ResolveMode).
+	PreemptMode  EvictionMode   `json:",omitempty"`
+	PreemptModes []EvictionMode `json:",omitempty"`
 }
 
 // Running is a job that holds (or, with Ended set, held) resources.
@@ -101,6 +117,9 @@ type Running struct {
 	Ended   time.Time // zero = still running; set once for a job that ended since State.LastNow, so its usage is charged
 	GPUs    []string  // GPU IDs held (informational; Node.GPUs[].InUse is authoritative)
 	MIG     []string  // MIG instance IDs held
+	// LastCheckpoint is when the job last saved its progress (zero = never):
+	// an eviction loses the work since max(Started, LastCheckpoint).
+	LastCheckpoint time.Time `json:",omitzero"`
 }
 
 // Account is one node of the fair-share tree.
@@ -121,6 +140,10 @@ type Plan struct {
 	Rejected     []Rejection   // every pending job not placed, in order position
 	Explanations []Explanation // every pending job, in order position
 	Reservation  *Reservation  // the EASY-backfill reservation, if a job holds one
+	// Evictions are the running jobs to stop so that this plan's
+	// preemptors fit (preempt.go), in decision order. Apply them before
+	// the placements: each preemptor's Placement is on its victims' node.
+	Evictions []Eviction `json:",omitempty"`
 }
 
 // Placement starts one job on one node.

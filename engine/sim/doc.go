@@ -19,6 +19,10 @@
 // trace and seed always give the same report (except the wall-clock timing
 // fields; see Report.WithoutTimings).
 //
+// With preemption on (Trace.Preemption, Options.Preemption) it applies
+// each plan's evictions before its placements and reports lost work,
+// urgent jobs' waits and eviction counts (preempt.go, ComparePreemption).
+//
 // The trace format (JSON, optionally with jobs in CSV) is documented in
 // README.md next to this file, with examples under examples/traces.
 //

@@ -91,6 +91,34 @@ func WriteText(w io.Writer, r *Report) error {
 		}
 		b.WriteString("\n")
 	}
+	if pr := r.Preemption; pr != nil {
+		writePreemption(b, pr)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writePreemption(b *strings.Builder, p *PreemptionReport) {
+	fmt.Fprintf(b, "\nPreemption %s: %s (%.2f an hour)", p.Policy, plural(p.Evictions, "eviction"), p.PerHour)
+	if len(p.ByMode) > 0 {
+		fmt.Fprintf(b, " by mode %s", fmtCounts(p.ByMode))
+	}
+	fmt.Fprintf(b, "; lost work %s billing-seconds; urgent (level ≥ %d) jobs: %d, wait mean %s, p95 %s; a job evicted at most %d times; ping-pong %d\n",
+		num(p.LostWork), p.UrgentLevel, p.UrgentJobs, fmtDur(p.UrgentMeanWait), fmtDur(p.UrgentP95Wait), p.MaxEvictionsPerJob, p.PingPong)
+}
+
+// WritePreemptionComparison writes ComparePreemption's results side by
+// side.
+func WritePreemptionComparison(w io.Writer, rs []PolicyResult) error {
+	b := &strings.Builder{}
+	tw := &table{}
+	fmt.Fprintf(tw, "PREEMPTION\tEVICTIONS\tPER HOUR\tLOST WORK\tURGENT\tURGENT MEAN WAIT\tURGENT P95 WAIT\tMAX/JOB\tPING-PONG\t\n")
+	for _, r := range rs {
+		p := r.Preemption
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%d\t%s\t%s\t%d\t%d\t\n", r.Policy, p.Evictions, p.PerHour, num(p.LostWork),
+			p.UrgentJobs, fmtDur(p.UrgentMeanWait), fmtDur(p.UrgentP95Wait), p.MaxEvictionsPerJob, p.PingPong)
+	}
+	tw.write(b)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

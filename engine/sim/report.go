@@ -45,6 +45,9 @@ type Report struct {
 	Utilization  []Utilization `json:"utilization"`
 	Deadlines    DeadlineStats `json:"deadlines"`
 	Engine       EngineStats   `json:"engine"`
+	// Preemption is set when the run had preemption configured (see
+	// Options.Preemption).
+	Preemption *PreemptionReport `json:"preemption,omitempty"`
 }
 
 // PolicyInfo names the policy a report ran under.
@@ -248,7 +251,7 @@ func (s *sim) report() Report {
 	acctDone := make([]int, len(s.accts))
 	for _, j := range s.jobs {
 		if j.state == jobRunning || j.state == jobDone {
-			w := s.sec(j.start - j.arrival)
+			w := s.sec(j.first - j.arrival) // to the first start: an evicted job's restart is not a wait
 			waits[j.priority] = append(waits[j.priority], w)
 			acctWait[j.acct] += w
 			acctStarted[j.acct]++

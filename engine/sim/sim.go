@@ -41,9 +41,16 @@ func RunTimed(tr *Trace, policy string, now func() time.Time) (Report, error) {
 // goes: each time another tenth of the trace's horizon has been simulated
 // (of its jobs ended, for a trace without one: generators make jobs as
 // they go, so their number is not known before), and once at the end.
+//
+// Preemption overrides the trace's preemption policy: "" = the trace's
+// own (Trace.Preemption), "off" = none, else an engine.PreemptPolicy name
+// (with the trace's other preemption settings, and no per-pool policies).
+// Set, or with a trace that has a preemption section, the Report carries
+// a Preemption section.
 type Options struct {
-	Now      func() time.Time
-	Progress func(Progress)
+	Now        func() time.Time
+	Progress   func(Progress)
+	Preemption string
 }
 
 // Progress is how far a run has got.
@@ -76,10 +83,17 @@ func RunWith(tr *Trace, policy string, o Options) (Report, error) {
 	}
 	s.wallNow = now
 	s.progress = o.Progress
+	if err := s.initPreemption(o.Preemption); err != nil {
+		return Report{}, err
+	}
 	if err := s.run(); err != nil {
 		return Report{}, fmt.Errorf("sim %s, policy %s, t=%s: %w", tr.Name, name, fmtDur(s.sec(s.now)), err)
 	}
-	return s.report(), nil
+	r := s.report()
+	if s.tr.Preemption != nil || o.Preemption != "" {
+		r.Preemption = s.preemptionReport(r.Makespan)
+	}
+	return r, nil
 }
 
 // Compare runs the trace under each policy (see Run), one after the other.
@@ -123,12 +137,19 @@ type job struct {
 	gen         *generator
 	stopped     bool // its time limit is shorter than its run time: it is stopped then
 
-	state    jobState
-	placed   []bool // per member: holds its allocation in the ledger
-	start    int64
-	end      int64
-	dropCode engine.Code
-	dropMsg  string
+	state  jobState
+	placed []bool // per member: holds its allocation in the ledger
+	start  int64  // of the current (or last) run
+	first  int64  // first start; -1 = never started
+	// remaining is the run time still to go from the last start (less
+	// than duration once an eviction kept some progress); runs counts the
+	// starts, so a completion event of an evicted run is ignored.
+	remaining int64
+	runs      int
+	evictions int
+	end       int64
+	dropCode  engine.Code
+	dropMsg   string
 }
 
 type memberRef struct {
@@ -161,6 +182,7 @@ type event struct {
 	seq  uint64
 	kind uint8
 	j    *job
+	run  int // completion: the job's run it ends
 }
 
 const (
@@ -242,6 +264,9 @@ type sim struct {
 	engineTime time.Duration
 	wall       time.Duration
 	wallNow    func() time.Time // measures engineTime and wall; nil: not measured
+
+	preCfg engine.PreemptionConfig // the engine's preemption configuration
+	pre    preemptStats
 
 	progress func(Progress) // nil: not reported
 	endedN   int            // jobs done or dropped
@@ -412,10 +437,11 @@ func (s *sim) addJob(js *JobSpec, g *generator) (*job, error) {
 	}
 	a := s.account(acctName)
 	s.accts[a].active = true
-	j := &job{id: js.ID, acct: a, priority: js.Priority, arrival: s.ns(js.Arrival), duration: max(s.ns(js.Duration), 1), gen: g}
+	j := &job{id: js.ID, acct: a, priority: js.Priority, arrival: s.ns(js.Arrival), duration: max(s.ns(js.Duration), 1), gen: g, first: -1}
 	if js.TimeLimit > 0 && s.ns(js.TimeLimit) < j.duration {
 		j.duration, j.stopped = max(s.ns(js.TimeLimit), 1), true // stopped at its limit, as the adapter does
 	}
+	j.remaining = j.duration
 	if js.Deadline > 0 {
 		j.hasDeadline, j.deadline = true, s.ns(js.Deadline)
 	}
@@ -436,6 +462,9 @@ func (s *sim) addJob(js *JobSpec, g *generator) (*job, error) {
 		NodeSelector: js.Selector,
 		NUMALocal:    js.NUMA,
 		Strategy:     engine.Strategy(js.Strategy),
+
+		NonPreemptible: js.NonPreemptible,
+		PreemptMode:    engine.EvictionMode(js.PreemptMode),
 	}
 	if j.hasDeadline {
 		base.Deadline = s.at(j.deadline)
@@ -474,7 +503,11 @@ func (s *sim) addJob(js *JobSpec, g *generator) (*job, error) {
 
 func (s *sim) push(t int64, kind uint8, j *job) {
 	s.seq++
-	heap.Push(&s.events, event{t: t, seq: s.seq, kind: kind, j: j})
+	ev := event{t: t, seq: s.seq, kind: kind, j: j}
+	if j != nil {
+		ev.run = j.runs
+	}
+	heap.Push(&s.events, ev)
 	if kind != evTick {
 		s.nonTick++
 	}
@@ -514,6 +547,9 @@ func (s *sim) run() error {
 				s.arrive(ev.j)
 				changed = true
 			case evCompletion:
+				if ev.run != ev.j.runs {
+					continue // the run was evicted
+				}
 				s.complete(ev.j)
 				changed = true
 			case evTick:
@@ -571,12 +607,14 @@ func (s *sim) complete(j *job) {
 // cycle runs the engine once at s.now and applies its plan.
 func (s *sim) cycle() (int, error) {
 	s.snapNodes = s.ledger.SnapshotInto(s.snapNodes, s.nodeNames)
+	s.checkpoints()
 	snap := engine.Snapshot{
-		Now:      s.at(s.now),
-		Seed:     splitmix(s.tr.Seed + uint64(s.cycles)),
-		Policy:   s.pol,
-		Nodes:    s.snapNodes,
-		Accounts: s.engAccts,
+		Now:        s.at(s.now),
+		Seed:       splitmix(s.tr.Seed + uint64(s.cycles)),
+		Policy:     s.pol,
+		Nodes:      s.snapNodes,
+		Accounts:   s.engAccts,
+		Preemption: s.preCfg,
 	}
 	snap.Pending = make([]engine.Job, 0, len(s.pending))
 	for _, j := range s.pending {
@@ -600,6 +638,12 @@ func (s *sim) cycle() (int, error) {
 	s.decisions += len(snap.Pending)
 	s.ended = s.ended[:0]
 
+	// Evictions first: the preemptors' placements need the room.
+	for _, ev := range plan.Evictions {
+		if err := s.evict(ev); err != nil {
+			return 0, err
+		}
+	}
 	var touched []*job
 	for _, p := range plan.Placements {
 		ref, ok := s.members[p.JobID]
@@ -690,8 +734,12 @@ func (s *sim) release(j *job, k int) {
 func (s *sim) begin(j *job) {
 	j.state = jobRunning
 	j.start = s.now
+	if j.first < 0 {
+		j.first = s.now
+	}
+	j.runs++
 	s.accts[j.acct].backlog--
-	s.push(s.now+j.duration, evCompletion, j)
+	s.push(s.now+j.remaining, evCompletion, j)
 }
 
 // updateContention recomputes whether every account with jobs has one

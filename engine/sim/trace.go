@@ -36,6 +36,9 @@ type Trace struct {
 	Variants map[string]json.RawMessage `json:"variants,omitempty"`
 	// Cycle says when the engine runs.
 	Cycle CycleSpec `json:"cycle,omitzero"`
+	// Preemption turns on victim selection (engine.PreemptionConfig) and
+	// says how evicted jobs checkpoint; omitted = no preemption.
+	Preemption *PreemptionSpec `json:"preemption,omitempty"`
 	// Horizon stops the simulation at this time (0 = run until the work is
 	// done or nothing more can start).
 	Horizon float64 `json:"horizon,omitempty"`
@@ -200,6 +203,33 @@ type JobSpec struct {
 	// still running (as the adapter does); 0 = none. The engine is told it
 	// (engine.Job.TimeLimit) and backfill plans with it.
 	TimeLimit float64 `json:"time_limit,omitempty"`
+	// NonPreemptible jobs are never evicted.
+	NonPreemptible bool `json:"non_preemptible,omitempty"`
+	// PreemptMode is how the job is evicted (cancel, requeue, suspend,
+	// checkpoint); "" = the trace's preemption default_mode. A job whose
+	// mode is checkpoint saves its progress every checkpoint_interval.
+	PreemptMode string `json:"preempt_mode,omitempty"`
+}
+
+// PreemptionSpec is engine.PreemptionConfig in trace units (seconds), plus
+// the simulation's checkpointing. Zero fields take the engine defaults.
+type PreemptionSpec struct {
+	Policy               string             `json:"policy,omitempty"`      // off (default), priority, fair-share, deadline-aware, resource-based, cost-based, hybrid
+	PoolPolicy           map[string]string  `json:"pool_policy,omitempty"` // per pool (policy.pool_label)
+	MinRuntime           float64            `json:"min_runtime,omitempty"` // seconds; default 300; negative = none
+	Cooldown             float64            `json:"cooldown,omitempty"`    // seconds; default 600; negative = none
+	BudgetPerHour        int                `json:"budget_per_hour,omitempty"`
+	AccountBudgetPerHour int                `json:"account_budget_per_hour,omitempty"`
+	MinPreemptorLevel    int                `json:"min_preemptor_level,omitempty"` // only jobs of at least this level preempt; 0 = any
+	MaxVictims           int                `json:"max_victims,omitempty"`
+	Weights              map[string]float64 `json:"weights,omitempty"`      // hybrid: priority, fair_share, deadline, resource, cost (given = used, others 0)
+	DefaultMode          string             `json:"default_mode,omitempty"` // requeue (default), cancel, suspend, checkpoint
+	// CheckpointInterval is how often a job in checkpoint mode saves its
+	// progress, seconds; default 60.
+	CheckpointInterval float64 `json:"checkpoint_interval,omitempty"`
+	// UrgentLevel is the lowest priority the report counts as urgent;
+	// default 8 (CRITICAL).
+	UrgentLevel int `json:"urgent_level,omitempty"`
 }
 
 // GenSpec generates jobs. With Backlog 0 it is an open workload: Count jobs
@@ -345,7 +375,7 @@ func strictUnmarshal(data []byte, v any) error {
 // id, arrival, account, priority, cpu, memory, gpus, gpu_memory, network,
 // nvme, ssd, hdd, gpu_model, mig, storage_tier, selector (k=v;k=v), numa,
 // strategy, gang, duration, estimate (empty = duration), deadline,
-// time_limit.
+// time_limit, non_preemptible, preempt_mode.
 func ReadJobsCSV(r io.Reader) ([]JobSpec, error) {
 	cr := csv.NewReader(r)
 	cr.Comment = '#'
@@ -444,6 +474,10 @@ func setCSVField(j *JobSpec, name, v string) error {
 		j.Deadline, err = f()
 	case "time_limit":
 		j.TimeLimit, err = f()
+	case "non_preemptible":
+		j.NonPreemptible, err = strconv.ParseBool(v)
+	case "preempt_mode":
+		j.PreemptMode = v
 	default:
 		return fmt.Errorf("unknown column")
 	}
@@ -484,6 +518,9 @@ func (tr *Trace) Validate() error {
 		if _, err := tr.policyFor(name); err != nil {
 			return err
 		}
+	}
+	if err := tr.Preemption.validate(); err != nil {
+		return fmt.Errorf("trace: preemption: %w", err)
 	}
 	if tr.Cycle.Interval < 0 || (tr.Cycle.OnEvents != nil && !*tr.Cycle.OnEvents && tr.Cycle.Interval == 0) {
 		return errors.New("trace: cycle: on_events false needs an interval > 0")
@@ -572,6 +609,9 @@ func (j *JobSpec) validateShape() error {
 	}
 	if !validStrategy(j.Strategy) {
 		return fmt.Errorf("unknown strategy %q", j.Strategy)
+	}
+	if !validMode(j.PreemptMode) {
+		return fmt.Errorf("unknown preempt_mode %q", j.PreemptMode)
 	}
 	if j.StorageTier != "" {
 		if _, ok := engine.TierDim(j.StorageTier); !ok {
