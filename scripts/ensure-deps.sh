@@ -2,7 +2,9 @@
 # Installs what the tests need when it is missing: redis-server, a C
 # compiler, the Python redis client (python3-redis, used by the interop
 # tests through /usr/bin/python3), and Chromium (/usr/bin/chromium, which
-# integration/ui_test.go drives headless to test the /ui dashboard). Uses
+# integration/ui_test.go drives headless to test the /ui dashboard), and
+# Slurm (munge, slurmctld, slurmd, slurm-client: providers/slurm's tests
+# start a single-node cluster through internal/slurmtest). Uses
 # apt-get when run as root (or with sudo).
 set -euo pipefail
 
@@ -11,6 +13,7 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v cc >/dev/null 2>&1 || need+=(gcc)   # builds a shared object in the LD_PRELOAD regression test
 /usr/bin/python3 -c 'import redis' >/dev/null 2>&1 || need+=(python3 python3-redis)
 [ -x /usr/bin/chromium ] || need+=(chromium)   # the /ui dashboard's browser test
+{ [ -x /usr/sbin/slurmctld ] || command -v slurmctld >/dev/null 2>&1; } || need+=(munge slurmctld slurmd slurm-client)   # providers/slurm's tests run a real Slurm (internal/slurmtest)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

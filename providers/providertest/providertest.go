@@ -36,8 +36,18 @@ type Commands struct {
 	// Env is added to every task the suite starts (a helper-process switch,
 	// say).
 	Env map[string]string
+	// Tick is argv that writes the line "start" and then a line about
+	// every 50ms, until stopped (the ability suites: suspend, requeue).
+	Tick []string
+	// TrapUSR1 is argv that writes "ready" once it handles SIGUSR1, and
+	// on SIGUSR1 writes "usr1" and exits 0 (the signal suite).
+	TrapUSR1 []string
 	// ReadFile reads a Status.StdoutPath (default os.ReadFile).
 	ReadFile func(path string) ([]byte, error)
+	// SlowTimeout says the backend enforces Task.Timeout only coarsely
+	// (Slurm: whole minutes, checked every 30 s, so over a minute): the
+	// Timeout case then skips under -short.
+	SlowTimeout bool
 }
 
 // WaitLimit bounds every wait in the suite. It is generous on purpose: the
@@ -188,6 +198,9 @@ func (s suite) stopFinished(t *testing.T) {
 }
 
 func (s suite) timeout(t *testing.T) {
+	if s.cmds.SlowTimeout && testing.Short() {
+		t.Skip("the backend takes over a minute to enforce a timeout (-short)")
+	}
 	t.Parallel()
 	p := s.newProvider(t)
 	task := s.task(t, s.cmds.Sleep)
