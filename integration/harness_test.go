@@ -21,8 +21,8 @@ func TestMain(m *testing.M) {
 	// In-process adapters re-execute this test binary as their tasks'
 	// supervisor (there is no cb-supervisor next to it), as the real
 	// binary does without one.
-	if len(os.Args) > 1 && os.Args[1] == supervise.Command {
-		os.Exit(supervise.Main(os.Args[2:]))
+	if code, ok := supervise.Dispatch(os.Args[1:]); ok {
+		os.Exit(code)
 	}
 	redistest.Main(m)
 }

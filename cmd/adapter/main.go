@@ -17,8 +17,8 @@ func main() {
 	// Without cb-supervisor next to it, a local task's supervisor is this
 	// binary re-executed (a slower fallback; see supervise.Main); it must
 	// not print anything first (its output is the task's).
-	if len(os.Args) > 1 && os.Args[1] == supervise.Command {
-		os.Exit(supervise.Main(os.Args[2:]))
+	if code, ok := supervise.Dispatch(os.Args[1:]); ok {
+		os.Exit(code)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := adapter.Main(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)

@@ -1,6 +1,8 @@
 // Command cb-supervisor is the local provider's task supervisor: the
-// adapter starts one per task, as "cb-supervisor __supervise <task
-// directory>" (see providers/local/supervise). It imports nothing outside
+// adapter starts one per work directory, as "cb-supervisor __serve <work
+// directory>", a server that supervises every task (supervise.Serve), or,
+// with local.supervisor_server off, one per task, as "cb-supervisor
+// __supervise <task directory>" (see providers/local/supervise). It imports nothing outside
 // the standard library, so it starts in about the time of /bin/true; the
 // adapter finds it next to its own executable, or at local.supervisor.
 package main
@@ -12,13 +14,10 @@ import (
 )
 
 func main() {
-	// The command line is "cb-supervisor __supervise <dir>", the one every
-	// supervisor binary gets; this one has no other mode.
-	args := os.Args[1:]
-	if len(args) > 0 && args[0] == supervise.Command {
-		args = args[1:]
-	} else {
-		args = nil // not started by the provider: Main says how it is run
+	// "cb-supervisor __serve <work dir>" (the work directory's supervisor
+	// server) or "cb-supervisor __supervise <task dir>" (one task's).
+	if code, ok := supervise.Dispatch(os.Args[1:]); ok {
+		os.Exit(code)
 	}
-	os.Exit(supervise.Main(args))
+	os.Exit(supervise.Main(nil)) // not started by the provider: Main says how it is run
 }

@@ -111,6 +111,7 @@ type options struct {
 	secs          float64
 	parts         map[string]bool
 	interval      time.Duration
+	perTask       bool
 	timeout       time.Duration
 }
 
@@ -129,6 +130,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	parts := fs.String("parts", "throughput,latency,pending", "parts to run, comma-separated")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
 	fs.DurationVar(&o.interval, "scheduler-interval", 0, "the adapters' scheduler.interval (0: the adapter's default)")
+	fs.BoolVar(&o.perTask, "supervisor-per-task", false, "run the adapters' jobs under a supervisor per job (supervisor_per_task), not the supervisor server")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -360,8 +362,9 @@ func (b *bench) throughput(ctx context.Context, stdout io.Writer) error {
 	return nil
 }
 
-// cpuUse is what the adapter, its reaped children (the tasks' supervisors
-// and, through them, the jobs) and the Redis server have used so far.
+// cpuUse is what the adapter, its children (the supervisor server or the
+// tasks' supervisors and, through them, the jobs: reaped ones and live
+// ones) and the Redis server have used so far.
 type cpuUse struct{ adapter, children, redis time.Duration }
 
 func (b *bench) cpuUse(ctx context.Context, pid int) (cpuUse, error) {
@@ -369,7 +372,7 @@ func (b *bench) cpuUse(ctx context.Context, pid int) (cpuUse, error) {
 	if err != nil {
 		return cpuUse{}, err
 	}
-	u := cpuUse{adapter: ticks(t[0] + t[1]), children: ticks(t[2] + t[3])}
+	u := cpuUse{adapter: ticks(t[0] + t[1]), children: ticks(t[2]+t[3]) + liveChildrenCPU(pid)}
 	info, err := b.rdb.Info(ctx, "cpu").Result()
 	if err != nil {
 		return u, err
@@ -751,6 +754,34 @@ const clockTicks = 100
 
 func ticks(t int64) time.Duration { return time.Duration(t) * time.Second / clockTicks }
 
+// liveChildrenCPU is the CPU time so far of pid's children that are alive
+// (not yet in its cutime and cstime): the local provider's supervisor
+// server, which lives on after each job and reaps the jobs itself, and
+// supervisors whose jobs are still running.
+func liveChildrenCPU(pid int) time.Duration {
+	ents, _ := os.ReadDir("/proc")
+	var sum int64
+	for _, e := range ents {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 15 || f[1] != strconv.Itoa(pid) {
+			continue
+		}
+		if t, err := procTimes(child); err == nil {
+			sum += t[0] + t[1] + t[2] + t[3]
+		}
+	}
+	return ticks(sum)
+}
+
 // procTimes is process pid's utime, stime (all its threads), cutime and
 // cstime (its waited-for children), in clock ticks.
 func procTimes(pid int) ([4]int64, error) {
@@ -889,6 +920,9 @@ func (b *bench) startAdapter(ctx context.Context, part, board string, maxPending
 	}
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, "board: %q\nredis: %q\nlisten: 127.0.0.1:0\nwork_dir: %q\n", board, redisURL, filepath.Join(dir, "jobs"))
+	if b.o.perTask {
+		fmt.Fprintf(&cfg, "supervisor_per_task: true\n")
+	}
 	fmt.Fprintf(&cfg, "node:\n  name: %s\n  cpu_cores: %d\n", nodeName, runtime.NumCPU())
 	fmt.Fprintf(&cfg, "templates:\n")
 	fmt.Fprintf(&cfg, "  \"true\": {command: [/bin/true]}\n")

@@ -89,6 +89,11 @@ type Config struct {
 	// the adapter's own executable, else the adapter itself (slower; see
 	// supervisorPath).
 	Supervisor string `yaml:"supervisor"`
+	// SupervisorPerTask runs a supervisor process per local job instead of
+	// the work directory's one supervisor server (the default on Linux:
+	// the same records and guarantee, without a process start per job;
+	// see local.Config.SupervisorServer).
+	SupervisorPerTask bool `yaml:"supervisor_per_task"`
 
 	// Node describes this adapter's node (zero values are discovered;
 	// GPUs through NVML, or declared by hand).

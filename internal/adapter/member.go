@@ -108,7 +108,7 @@ func (p *poolMember) buildAgent(ctx context.Context, g *errgroup.Group, gctx con
 		// Jobs run as cfg.RunAs (a task's template, allowlist entry or
 		// account may name another user); as root the default is "nobody".
 		prov, err := local.New(local.Config{WorkDir: cfg.WorkDir, Logger: p.log, Clock: p.clk, Env: baseEnv(), SupervisorPath: exe,
-			User: cfg.RunAs, AllowRoot: cfg.AllowRoot, MaxOutputBytes: int64(cfg.MaxOutputMB) << 20})
+			SupervisorServer: !cfg.SupervisorPerTask, User: cfg.RunAs, AllowRoot: cfg.AllowRoot, MaxOutputBytes: int64(cfg.MaxOutputMB) << 20})
 		if err != nil {
 			return nil, "", err
 		}

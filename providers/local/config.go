@@ -66,10 +66,9 @@ type Config struct {
 	// MaxConcurrent caps the tasks running at once; beyond it Start returns
 	// providers.ErrAtCapacity (default 0: no cap).
 	MaxConcurrent int
-	// SupervisorPath is an absolute path to an executable that runs
-	// supervise.Main when its first argument is supervise.Command:
-	// cmd/cb-supervisor, made for it, or any binary wired as supervise.Main
-	// says (the adapter itself, as a slower fallback). Each task
+	// SupervisorPath is an absolute path to an executable whose main
+	// starts with supervise.Dispatch: cmd/cb-supervisor, made for it, or
+	// any binary wired so (the adapter itself, as a slower fallback). Each task
 	// then runs under its own small supervisor process, which outlives this
 	// one: a task's outcome is recorded, and its timeout enforced, even if
 	// the adapter dies while it runs, and a restarted adapter reports the
@@ -79,6 +78,14 @@ type Config struct {
 	// Empty (the default) watches tasks in this process: a task that ends
 	// while no adapter is running is then reported lost.
 	SupervisorPath string
+	// SupervisorServer, with SupervisorPath, runs every task under one
+	// supervisor server per WorkDir (supervise.Serve, started on demand,
+	// exiting when idle) instead of a supervisor process per task: the same
+	// records and the same guarantee (the server, not the adapter, is each
+	// task's parent), without a process start and a Go runtime start per
+	// task. Linux only; elsewhere it is ignored. The server lives under the
+	// tasks' Limits (it sets them on itself, for the tasks to inherit).
+	SupervisorServer bool
 	// Cgroups confines each task in a control group of its own: its
 	// CPUCores as a CPU quota, its MemoryBytes as a memory limit without
 	// swap, its Placement.CPUs as a CPU set, and a stop that kills every

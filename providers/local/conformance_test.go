@@ -12,8 +12,9 @@ import (
 	"github.com/computeboard/computeboard/providers/providertest"
 )
 
-// TestConformance runs the suite against both ways of watching a task:
-// through a supervisor process (as the adapter does) and in-process.
+// TestConformance runs the suite against the three ways of watching a
+// task: through the work directory's supervisor server (as the adapter
+// does), a supervisor process per task, and in-process.
 func TestConformance(t *testing.T) {
 	cmds := providertest.Commands{
 		Print:        func(s string) []string { return helper(t, "print", s) },
@@ -27,6 +28,12 @@ func TestConformance(t *testing.T) {
 		t.Parallel()
 		providertest.Run(t, func(t *testing.T) providers.Provider {
 			return newTestProvider(t, Config{})
+		}, cmds)
+	})
+	t.Run("served", func(t *testing.T) {
+		t.Parallel()
+		providertest.Run(t, func(t *testing.T) providers.Provider {
+			return newTestProvider(t, Config{SupervisorServer: true})
 		}, cmds)
 	})
 	t.Run("in-process", func(t *testing.T) {

@@ -169,6 +169,30 @@
 // the supervisor SIGTERM; a SIGTERM without a stop record (an operator, a
 // shutdown) stops the task too, with a vaguer cause.
 //
+// # The supervisor server
+//
+// With Config.SupervisorServer (the adapter's default on Linux), one
+// supervisor process serves every task of the work directory: the
+// provider starts "SupervisorPath __serve <work dir>" on demand, in a
+// session of its own, and it exits after 30 s with nothing to do. It runs
+// the same supervise code and writes the same records, and it is each
+// task's parent, so the guarantee is unchanged; what it saves is a process
+// start and a Go runtime start per task, which cost several times a
+// trivial task (BenchmarkStartToExit; the e2e bench's children CPU per
+// job). The provider connects to its abstract unix socket, named after the
+// work directory (peers of another user are refused), and sends the spec
+// with the task's stdout and stderr as SCM_RIGHTS; the connection is then
+// the task's status pipe (ready, later the exit record), and "stop" on it
+// is the SIGTERM of a supervisor per task. The state record says
+// supervisor_server, so an adapter that restarted asks the server over
+// its socket to stop an adopted task (never signals it: that would stop
+// every task), and watches the task's own process for its end (the server
+// outlives it). The server sets the tasks' resource limits on itself
+// before its first task, so they inherit them as a supervisor per task's
+// do. If the server dies, its running tasks are lost, as a killed
+// supervisor's task is: more tasks at once, which is the price of the
+// shared process.
+//
 // Records that more than one process may write (exit, stop) are published
 // with link(2): the first complete record wins and is never replaced, and
 // every writer that loses adopts the winner, so the adapter that started a

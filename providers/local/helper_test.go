@@ -1,11 +1,13 @@
 package local
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -57,8 +59,11 @@ func TestMain(m *testing.M) {
 		_ = os.WriteFile(filepath.Join(dir, supervise.FileState), []byte(rec), 0o600)
 		os.Exit(1)
 	}
-	if len(os.Args) > 1 && os.Args[1] == supervise.Command {
-		os.Exit(supervise.Main(os.Args[2:]))
+	if len(os.Args) > 1 && os.Args[1] == supervise.ServeCommand {
+		setCoverDir()
+	}
+	if code, ok := supervise.Dispatch(os.Args[1:]); ok {
+		os.Exit(code)
 	}
 	if os.Getenv(helperEnv) == "1" {
 		os.Exit(helperMain(os.Args[1:]))
@@ -365,6 +370,28 @@ func helperMain(args []string) int {
 				fmt.Print(strings.TrimSpace(v))
 			}
 		}
+	case "ask-server":
+		// A job that asks its work directory's supervisor server to stop
+		// a task: prints the server's reply, or "refused" when the server
+		// closes the connection without one.
+		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: arg(1), Net: "unix"})
+		if err != nil {
+			fmt.Println("dial:", err)
+			return 0
+		}
+		defer c.Close()
+		if err := supervise.SendRequest(c, supervise.ServerRequest{Dir: arg(2)}); err != nil {
+			// The server may close the connection before the request is
+			// written (EPIPE): refused as well.
+			fmt.Println("refused")
+			return 0
+		}
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		if line == "" {
+			fmt.Println("refused")
+			return 0
+		}
+		fmt.Print(line)
 	case "exit-when":
 		fmt.Println("ran")
 		if !waitFile(arg(1)) {
@@ -382,7 +409,8 @@ func helperMain(args []string) int {
 		if sup := os.Getenv(supervisorEnv); sup != "" {
 			exe = sup
 		}
-		cfg := Config{WorkDir: arg(1), SupervisorPath: exe, MaxOutputBytes: doomedAdapterMaxOutput}
+		cfg := Config{WorkDir: arg(1), SupervisorPath: exe, MaxOutputBytes: doomedAdapterMaxOutput,
+			SupervisorServer: os.Getenv(serverModeEnv) == "1"}
 		if os.Geteuid() == 0 {
 			cfg.User = testUser
 		}
@@ -420,6 +448,10 @@ func waitFile(name string) bool {
 
 // supervisorEnv names the supervisor binary the "adapter" helper uses.
 const supervisorEnv = "COMPUTEBOARD_LOCAL_TEST_SUPERVISOR"
+
+// serverModeEnv set to 1 has the "adapter" helper run its task under the
+// supervisor server (Config.SupervisorServer).
+const serverModeEnv = "COMPUTEBOARD_LOCAL_TEST_SERVER"
 
 // doomedAdapterMaxOutput is the output cap of the "adapter" helper's
 // provider.

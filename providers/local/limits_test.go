@@ -85,6 +85,11 @@ func TestLimits(t *testing.T) {
 			wantOut := want(t, "nofile", supervise.RlimitNOFILE, tc.want[0]) + want(t, "nproc", supervise.RlimitNPROC, tc.want[1]) + want(t, "core", supervise.RlimitCORE, tc.want[2])
 			for mode, newP := range map[string]func(*testing.T) *Provider{
 				"supervised": func(t *testing.T) *Provider { return newTestProvider(t, Config{Limits: tc.limits}) },
+				// The server sets them on itself, for its tasks to inherit,
+				// as a supervisor per task does: no CAP_SYS_RESOURCE.
+				"served": func(t *testing.T) *Provider {
+					return newTestProvider(t, Config{Limits: tc.limits, SupervisorServer: true})
+				},
 				// In-process, the limits are set on the running task with
 				// prlimit(2), which a root provider may do to another
 				// user's task only with CAP_SYS_RESOURCE (containers

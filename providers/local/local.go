@@ -46,10 +46,15 @@ type Provider struct {
 	max     int
 	// supervisor is Config.SupervisorPath: "" to watch tasks in-process.
 	supervisor string
-	user       string             // Config.User
-	allowRoot  bool               // Config.AllowRoot
-	limits     []supervise.Rlimit // Config.Limits
-	maxOutput  int64              // Config.MaxOutputBytes; negative: no cap
+	// server is the socket of the WorkDir's supervisor server
+	// (Config.SupervisorServer): "" for a supervisor per task. serverMu
+	// serializes starting one.
+	server    string
+	serverMu  sync.Mutex
+	user      string             // Config.User
+	allowRoot bool               // Config.AllowRoot
+	limits    []supervise.Rlimit // Config.Limits
+	maxOutput int64              // Config.MaxOutputBytes; negative: no cap
 	// cgroups is what New found it can enforce (Config.Cgroups); never
 	// changes.
 	cgroups *cgroupHost
@@ -98,6 +103,7 @@ func New(cfg Config) (*Provider, error) {
 
 		starting:   make(map[string]bool),
 		supervisor: cfg.SupervisorPath,
+		server:     serverSocket(cfg),
 		user:       cfg.User,
 		allowRoot:  cfg.AllowRoot,
 		limits:     cfg.Limits.list(),
@@ -411,6 +417,22 @@ func (p *Provider) stopAdopted(ctx context.Context, id string) error {
 // error) if the supervisor is gone, or goes, without recording one.
 func (p *Provider) stopViaSupervisor(ctx context.Context, dir string, rec supervise.StateRecord) (recorded bool, err error) {
 	exitPath := filepath.Join(dir, supervise.FileExit)
+	stop := supervise.StopRecord{Version: supervise.RecordVersion, Cause: errStopped.Error(), RequestedAt: p.clock.Now()}
+	if rec.SupervisorServer {
+		// The work directory's supervisor server: asked over its socket
+		// (a signal would stop every task it runs), and watched on a tick
+		// (it does not exit when the task ends).
+		if !identify(rec).supervisor {
+			return supervise.Exists(exitPath), nil
+		}
+		if err := supervise.PublishRecord(dir, supervise.FileStop, stop, false); err != nil && !errors.Is(err, supervise.ErrRecordExists) {
+			p.log.Warn("stop request not recorded; the task will be stopped with a vaguer reason", "job", rec.TaskID, "err", err)
+		}
+		if !p.stopViaServer(ctx, dir) {
+			return supervise.Exists(exitPath), nil
+		}
+		return awaitRecord(ctx, exitPath, rec)
+	}
 	// On Linux the handle is a pidfd, taken before the identity check: if
 	// the check passes, the handle is that process and stays so.
 	proc, err := os.FindProcess(rec.SupervisorPID)
@@ -427,7 +449,6 @@ func (p *Provider) stopViaSupervisor(ctx context.Context, dir string, rec superv
 	if !identify(rec).supervisor {
 		return supervise.Exists(exitPath), nil
 	}
-	stop := supervise.StopRecord{Version: supervise.RecordVersion, Cause: errStopped.Error(), RequestedAt: p.clock.Now()}
 	// Not synced (nor any stop record): it is read only by a supervisor
 	// alive to get the signal, and whatever ends the machine ends that
 	// supervisor too.
@@ -450,6 +471,12 @@ func (p *Provider) stopViaSupervisor(ctx context.Context, dir string, rec superv
 		}
 	}
 	// It is not our child, so it cannot be waited on: poll.
+	return awaitRecord(ctx, exitPath, rec)
+}
+
+// awaitRecord waits, bounded by ctx, until the exit record at exitPath is
+// there (true) or rec's supervisor is gone without one (false).
+func awaitRecord(ctx context.Context, exitPath string, rec supervise.StateRecord) (bool, error) {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {

@@ -133,8 +133,9 @@ func (p *Provider) openWatch(id string) (*exitWatch, error) {
 	if err != nil || rec.BootID == "" || boot != rec.BootID {
 		return nil, errors.New("process identity cannot be checked")
 	}
-	for _, proc := range []supervise.ProcIdentity{{PID: rec.SupervisorPID, StartTicks: rec.SupervisorStartTicks}, {PID: rec.PID, StartTicks: rec.StartTicks}} {
-		if proc.PID <= 0 || proc.StartTicks == 0 {
+	for _, proc := range []supervise.ProcIdentity{{PID: rec.SupervisorPID, StartTicks: rec.SupervisorStartTicks, Server: rec.SupervisorServer}, {PID: rec.PID, StartTicks: rec.StartTicks}} {
+		// A supervisor server outlives the task: its exit says nothing.
+		if proc.PID <= 0 || proc.StartTicks == 0 || proc.Server {
 			continue
 		}
 		f, err := openPidfd(proc.PID)

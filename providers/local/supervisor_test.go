@@ -29,6 +29,19 @@ import (
 // survives but the task directory and the supervisor it started.
 func TestAdapterCrash(t *testing.T) {
 	t.Parallel()
+	for _, served := range []bool{false, true} {
+		name := "per-task supervisor"
+		if served {
+			name = "supervisor server"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			adapterCrash(t, served)
+		})
+	}
+}
+
+func adapterCrash(t *testing.T, served bool) {
 
 	for name, tc := range map[string]struct {
 		code      int
@@ -41,7 +54,7 @@ func TestAdapterCrash(t *testing.T) {
 			t.Parallel()
 			dir := workDir(t)
 			release := filepath.Join(workDir(t), "release")
-			h := startInDoomedAdapter(t, dir, 0, "exit-when", release, fmt.Sprint(tc.code))
+			h := startDoomed(t, dir, served, 0, "exit-when", release, fmt.Sprint(tc.code))
 			// The adapter is dead; only now may the task end.
 			if err := os.WriteFile(release, nil, 0o600); err != nil {
 				t.Fatal(err)
@@ -50,7 +63,7 @@ func TestAdapterCrash(t *testing.T) {
 			// disk, not observed by the new instance.
 			waitExitRecord(t, filepath.Join(dir, h.ID))
 
-			p := newTestProvider(t, Config{WorkDir: dir})
+			p := newTestProvider(t, Config{WorkDir: dir, SupervisorServer: served})
 			st := providertest.WaitDone(t, p, h)
 			got := providers.Status{State: st.State, ExitCode: st.ExitCode, Error: st.Error}
 			want := providers.Status{State: tc.wantState, ExitCode: &tc.code}
@@ -73,8 +86,8 @@ func TestAdapterCrash(t *testing.T) {
 		t.Parallel()
 		dir := workDir(t)
 		release := filepath.Join(workDir(t), "release")
-		h := startInDoomedAdapter(t, dir, 0, "exit-when", release, "3")
-		p := newTestProvider(t, Config{WorkDir: dir})
+		h := startDoomed(t, dir, served, 0, "exit-when", release, "3")
+		p := newTestProvider(t, Config{WorkDir: dir, SupervisorServer: served})
 		if st := poll(t, p, h); st.State != providers.StateRunning {
 			t.Fatalf("before the task ends: %+v, want running", st)
 		}
@@ -90,8 +103,8 @@ func TestAdapterCrash(t *testing.T) {
 	t.Run("running: re-attached and stopped", func(t *testing.T) {
 		t.Parallel()
 		dir := workDir(t)
-		h := startInDoomedAdapter(t, dir, 0, "family", "stay")
-		p := newTestProvider(t, Config{WorkDir: dir})
+		h := startDoomed(t, dir, served, 0, "family", "stay")
+		p := newTestProvider(t, Config{WorkDir: dir, SupervisorServer: served})
 		grandchild := readPID(t, p, h)
 		rec := mustReadState(t, filepath.Join(dir, h.ID))
 		if rec.SupervisorPID == 0 {
@@ -126,7 +139,11 @@ func TestAdapterCrash(t *testing.T) {
 				t.Errorf("task process %d alive after Stop", pid)
 			}
 		}
-		waitGone(t, rec.SupervisorPID)
+		if !served { // a server lives on for other tasks
+			waitGone(t, rec.SupervisorPID)
+		} else if !rec.SupervisorServer {
+			t.Errorf("state record %+v does not say its supervisor is the server", rec)
+		}
 		if err := p.Signal(t.Context(), h, syscall.SIGUSR1); !errors.Is(err, providers.ErrNotRunning) {
 			t.Errorf("Signal after Stop: %v, want ErrNotRunning", err)
 		}
@@ -138,9 +155,9 @@ func TestAdapterCrash(t *testing.T) {
 		// writes after: the supervisor was the reader of its pipes).
 		t.Parallel()
 		dir := workDir(t)
-		h := startInDoomedAdapter(t, dir, 0, "family", "stay")
+		h := startDoomed(t, dir, served, 0, "family", "stay")
 		rec := mustReadState(t, filepath.Join(dir, h.ID))
-		p := newTestProvider(t, Config{WorkDir: dir})
+		p := newTestProvider(t, Config{WorkDir: dir, SupervisorServer: served})
 		grandchild := readPID(t, p, h)
 		if err := syscall.Kill(rec.SupervisorPID, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -167,12 +184,12 @@ func TestAdapterCrash(t *testing.T) {
 		t.Parallel()
 		dir := workDir(t)
 		release := filepath.Join(workDir(t), "release")
-		h := startInDoomedAdapter(t, dir, 0, "spew-when", release, "5000", "10")
+		h := startDoomed(t, dir, served, 0, "spew-when", release, "5000", "10")
 		if err := os.WriteFile(release, nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		waitExitRecord(t, filepath.Join(dir, h.ID))
-		p := newTestProvider(t, Config{WorkDir: dir})
+		p := newTestProvider(t, Config{WorkDir: dir, SupervisorServer: served})
 		st := poll(t, p, h)
 		if st.State != providers.StateSucceeded || st.StdoutDropped != 5000-doomedAdapterMaxOutput || st.StderrDropped != 0 {
 			t.Errorf("status %+v, want succeeded, %d bytes of stdout dropped", st, 5000-doomedAdapterMaxOutput)
@@ -185,9 +202,9 @@ func TestAdapterCrash(t *testing.T) {
 	t.Run("timeout enforced while down", func(t *testing.T) {
 		t.Parallel()
 		dir := workDir(t)
-		h := startInDoomedAdapter(t, dir, time.Second, "sleep")
+		h := startDoomed(t, dir, served, time.Second, "sleep")
 		waitExitRecord(t, filepath.Join(dir, h.ID))
-		p := newTestProvider(t, Config{WorkDir: dir})
+		p := newTestProvider(t, Config{WorkDir: dir, SupervisorServer: served})
 		st := poll(t, p, h)
 		if st.State != providers.StateFailed || !st.TimedOut || !strings.Contains(st.Error, "timeout") {
 			t.Errorf("status %+v, want failed, timed out", st)
@@ -207,6 +224,18 @@ func startInDoomedAdapter(t *testing.T, dir string, timeout time.Duration, args 
 // sup ("": the test binary).
 func startInDoomedAdapterWith(t *testing.T, dir, sup string, timeout time.Duration, args ...string) providers.Handle {
 	t.Helper()
+	return startDoomedWith(t, dir, sup, false, timeout, args...)
+}
+
+// startDoomed is startInDoomedAdapter, under the work directory's
+// supervisor server if served.
+func startDoomed(t *testing.T, dir string, served bool, timeout time.Duration, args ...string) providers.Handle {
+	t.Helper()
+	return startDoomedWith(t, dir, "", served, timeout, args...)
+}
+
+func startDoomedWith(t *testing.T, dir, sup string, served bool, timeout time.Duration, args ...string) providers.Handle {
+	t.Helper()
 	id := providertest.TaskID(t)
 	h := providers.Handle{Provider: "local", ID: id}
 	cmdArgs := append([]string{"adapter", dir, id, timeout.String()}, helper(t, args...)...)
@@ -214,6 +243,9 @@ func startInDoomedAdapterWith(t *testing.T, dir, sup string, timeout time.Durati
 	cmd.Env = []string{helperEnv + "=1"}
 	if sup != "" {
 		cmd.Env = append(cmd.Env, supervisorEnv+"="+sup)
+	}
+	if served {
+		cmd.Env = append(cmd.Env, serverModeEnv+"=1")
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -293,8 +325,17 @@ func waitGone(t *testing.T, pid int) {
 // reports it lost; a stop requested before that makes it cancelled.
 func TestSupervisorKilled(t *testing.T) {
 	t.Parallel()
+	for _, served := range []bool{false, true} {
+		t.Run(fmt.Sprint("served=", served), func(t *testing.T) {
+			t.Parallel()
+			supervisorKilled(t, served)
+		})
+	}
+}
+
+func supervisorKilled(t *testing.T, served bool) {
 	dir := workDir(t)
-	p := newTestProvider(t, Config{WorkDir: dir})
+	p := newTestProvider(t, Config{WorkDir: dir, SupervisorServer: served})
 	h := providertest.Start(t, p, helperTask(t, "family", "stay"))
 	grandchild := readPID(t, p, h)
 	rec := mustReadState(t, filepath.Join(dir, h.ID))
@@ -310,7 +351,7 @@ func TestSupervisorKilled(t *testing.T) {
 			t.Errorf("task process %d alive after its supervisor died", pid)
 		}
 	}
-	p2 := newTestProvider(t, Config{WorkDir: dir})
+	p2 := newTestProvider(t, Config{WorkDir: dir, SupervisorServer: served})
 	if diff := cmp.Diff(st, poll(t, p2, h)); diff != "" {
 		t.Errorf("status seen by a new instance (-old +new):\n%s", diff)
 	}
@@ -502,5 +543,106 @@ func TestPublishRecordFirstWins(t *testing.T) {
 	ents, _ := os.ReadDir(dir)
 	if len(ents) != 1 {
 		t.Errorf("dir holds %d entries, want only the record (temp files removed)", len(ents))
+	}
+}
+
+// TestServerIdleAndRestart: the supervisor server exits once it has had
+// nothing to do for its idle time, and the next Start starts another; a
+// second server for the same work directory, started while one runs,
+// leaves it the work (ExitServerRunning).
+func TestServerIdleAndRestart(t *testing.T) {
+	t.Parallel()
+	dir := workDir(t)
+	p := newTestProvider(t, Config{WorkDir: dir, SupervisorServer: true})
+	first := providertest.Start(t, p, helperTask(t, "exit", "0"))
+	providertest.WaitDone(t, p, first)
+	rec1 := mustReadState(t, filepath.Join(dir, first.ID))
+	if !rec1.SupervisorServer || rec1.SupervisorPID == 0 {
+		t.Fatalf("state record %+v: want the server as supervisor", rec1)
+	}
+	// Another server for this work directory, with a short idle time: the
+	// lock is held, so it says so and exits.
+	out, err := exec.Command(testBinary(t), supervise.ServeCommand, dir, "100ms").Output()
+	if code := exitCode(err); code != supervise.ExitServerRunning || strings.TrimSpace(string(out)) != "running" {
+		t.Fatalf("second server: exit %d (%v), said %q; want %d, running", code, err, out, supervise.ExitServerRunning)
+	}
+	// A task started now runs under the same server.
+	second := providertest.Start(t, p, helperTask(t, "exit", "0"))
+	providertest.WaitDone(t, p, second)
+	if rec2 := mustReadState(t, filepath.Join(dir, second.ID)); rec2.SupervisorPID != rec1.SupervisorPID {
+		t.Fatalf("second task under supervisor %d, want the running server %d", rec2.SupervisorPID, rec1.SupervisorPID)
+	}
+	// The server's own idle time is ServerIdle; kill it instead, and the
+	// next Start starts a new one.
+	if err := syscall.Kill(rec1.SupervisorPID, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, rec1.SupervisorPID)
+	third := providertest.Start(t, p, helperTask(t, "exit", "0"))
+	providertest.WaitDone(t, p, third)
+	rec3 := mustReadState(t, filepath.Join(dir, third.ID))
+	if rec3.SupervisorPID == rec1.SupervisorPID || !alive(rec3.SupervisorPID) {
+		t.Fatalf("third task under supervisor %d (alive %v), want a new live server", rec3.SupervisorPID, alive(rec3.SupervisorPID))
+	}
+	// A server with nothing to do exits after its idle time.
+	idleDir := workDir(t)
+	cmd := exec.Command(testBinary(t), supervise.ServeCommand, idleDir, "200ms")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("idle server: %v, want exit 0", err)
+		}
+	case <-time.After(providertest.WaitLimit):
+		_ = cmd.Process.Kill()
+		t.Fatal("idle server did not exit")
+	}
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+// TestServerRefusesOtherUsers: a job running as another user than the
+// adapter's cannot ask the supervisor server anything (here: to stop a
+// running task of the same work directory); a peer of the server's own
+// user can.
+func TestServerRefusesOtherUsers(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the job must run as another user")
+	}
+	dir := workDir(t)
+	p := newTestProvider(t, Config{WorkDir: dir, SupervisorServer: true})
+	victim := providertest.Start(t, p, helperTask(t, "sleep"))
+	sock := supervise.ServerSocket(dir)
+	asker := providertest.WaitDone(t, p, providertest.Start(t, p, helperTask(t, "ask-server", sock, filepath.Join(dir, victim.ID))))
+	if got := readFile(t, asker.StdoutPath); got != "refused\n" {
+		t.Errorf("a job of user %s asking the server to stop a task: %q, want refused", testUser, got)
+	}
+	if st := poll(t, p, victim); st.State != providers.StateRunning {
+		t.Fatalf("the task the job asked to stop: %s, want running", st.State)
+	}
+	// The adapter's own user (root here) is served: the same request
+	// stops the task.
+	ask := exec.Command(testBinary(t), "ask-server", sock, filepath.Join(dir, victim.ID))
+	ask.Env = []string{helperEnv + "=1"}
+	out, err := ask.Output()
+	if err != nil || strings.TrimSpace(string(out)) != "{}" {
+		t.Fatalf("root asking the server: %q, %v; want {}", out, err)
+	}
+	if st := providertest.WaitDone(t, p, victim); st.State != providers.StateCancelled {
+		t.Errorf("after root's request: %s, want cancelled", st.State)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,9 +37,12 @@ type task struct {
 	deadline time.Time
 	stopc    chan error // capacity 1; receives the first stop cause
 
-	// With a supervisor: its process and the read end of its status pipe.
+	// With a supervisor: its process and the read end of its status pipe;
+	// with a supervisor server, the task's connection to it (srv) instead
+	// of the process and pipe.
 	sup        *exec.Cmd
 	statusPipe *os.File
+	srv        *net.UnixConn
 	statusIn   *bufio.Reader // owned by the waiter once Start returns
 
 	stopOnce sync.Once
@@ -140,6 +144,12 @@ func (p *Provider) launch(ctx context.Context, t providers.Task, acct account) (
 	if spec.Cgroup != nil {
 		tk.cgroup = spec.Cgroup.Dirs
 	}
+	if p.server != "" {
+		if err := p.launchServed(ctx, tk, spec, stdout, stderr); err != nil {
+			return nil, err
+		}
+		return tk, nil
+	}
 	if p.supervisor != "" {
 		if err := p.launchSupervised(ctx, tk, spec, stdout, stderr); err != nil {
 			return nil, err
@@ -176,6 +186,11 @@ func (tk *task) requestStop(cause error) {
 	}
 	tk.stopOnce.Do(func() {
 		tk.cause.Store(&cause)
+		if tk.srv != nil {
+			_ = supervise.PublishRecord(tk.dir, supervise.FileStop, supervise.StopRecord{Version: supervise.RecordVersion, Cause: cause.Error(), RequestedAt: time.Now()}, false)
+			_, _ = tk.srv.Write([]byte(supervise.StopLine))
+			return
+		}
 		if tk.sup == nil {
 			tk.stopc <- cause // capacity 1, one send
 			return
@@ -203,9 +218,12 @@ func (tk *task) stopCause() error {
 // slot. It ends within about 2×KillGrace of a stop or timeout.
 func (p *Provider) wait(tk *task) {
 	var rec supervise.ExitRecord
-	if tk.sup != nil {
+	switch {
+	case tk.srv != nil:
+		rec = p.waitServed(tk)
+	case tk.sup != nil:
 		rec = p.waitSupervised(tk)
-	} else {
+	default:
 		rec = supervise.Supervise(tk.cmd, tk.out, tk.spec, tk.deadline, tk.stopc, p.clock.Now, p.log.With("job", tk.id))
 	}
 	st, recorded, published := p.settle(tk.id, tk.dir, rec)

@@ -46,6 +46,11 @@ type StateRecord struct {
 
 	SupervisorPID        int    `json:"supervisor_pid,omitempty"`         // 0: no supervisor
 	SupervisorStartTicks uint64 `json:"supervisor_start_ticks,omitempty"` // 0 = unknown
+	// SupervisorServer: the supervisor is the work directory's supervisor
+	// server (Serve), which outlives the task: it is asked to stop the task
+	// over its socket, never signalled, and its exit says nothing of the
+	// task's.
+	SupervisorServer bool `json:"supervisor_server,omitempty"`
 
 	// Cgroups is the task's cgroup directories (none: unconfined), for
 	// whoever stops the task or clears up after it. Added without a

@@ -96,7 +96,7 @@ func Start(dir string, spec *Spec, stdout, stderr *os.File, sup ProcIdentity, in
 	rec := StateRecord{
 		Version: RecordVersion, Provider: spec.Provider, TaskID: spec.TaskID,
 		PID: cmd.Process.Pid, PGID: cmd.Process.Pid, StartedAt: spec.StartedAt, Labels: spec.Labels, Note: spec.Note,
-		SupervisorPID: sup.PID, SupervisorStartTicks: sup.StartTicks,
+		SupervisorPID: sup.PID, SupervisorStartTicks: sup.StartTicks, SupervisorServer: sup.Server,
 	}
 	if spec.Cgroup != nil {
 		rec.Cgroups = spec.Cgroup.Dirs

@@ -61,4 +61,7 @@ func (c *Credential) sys() *syscall.Credential {
 type ProcIdentity struct {
 	PID        int
 	StartTicks uint64
+	// Server: the process is a supervisor server (Serve), which
+	// supervises many tasks and lives on after each.
+	Server bool
 }

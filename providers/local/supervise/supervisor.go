@@ -42,20 +42,12 @@ type Ready struct {
 // Config.SupervisorPath is set) as "SupervisorPath __supervise <task dir>"
 // with the task's spec on SpecFD and a status pipe on StatusFD.
 //
-// cmd/cb-supervisor is the binary made for it: its main is this function
-// alone, and it imports nothing outside the standard library, so it
-// starts in about the time of /bin/true. Another binary may serve too
-// (the adapter does, as a fallback), if Main is the first thing its main
-// does, before flag parsing, signal handling or any other setup:
-//
-//	func main() {
-//		if len(os.Args) > 1 && os.Args[1] == supervise.Command {
-//			os.Exit(supervise.Main(os.Args[2:]))
-//		}
-//		...
-//	}
-//
-// but it pays for every package's initialisation on each task's start.
+// cmd/cb-supervisor is the binary made for it: it imports nothing outside
+// the standard library, so it starts in about the time of /bin/true.
+// Another binary may serve too (the adapter does, as a fallback), if
+// Dispatch is the first thing its main does, before flag parsing, signal
+// handling or any other setup; but it pays for every package's
+// initialisation on each start.
 //
 // args is what follows Command. The supervisor runs with an empty
 // environment, in the task directory, with the task's stdout and stderr
@@ -140,6 +132,13 @@ func Main(args []string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).
 		With("component", "computeboard-supervisor", "job", spec.TaskID)
 	rec := Supervise(cmd, out, &spec, deadline, stop, notBefore(spec.StartedAt), log)
+	report(dir, rec, status, func() { status.Close() }, log)
+	return 0
+}
+
+// report publishes rec as the task's exit record in dir, sends it on
+// status, calls done (the status channel is finished), and syncs it.
+func report(dir string, rec ExitRecord, status io.Writer, done func(), log *slog.Logger) {
 	published := false
 	switch err := PublishRecord(dir, FileExit, rec, false); {
 	case err == nil:
@@ -157,13 +156,32 @@ func Main(args []string) int {
 	// Heard first, synced after: the provider learns the outcome without
 	// waiting for the disk (see SyncPublished for why that is safe).
 	Send(status, rec)
-	status.Close()
+	done()
 	if published {
 		if err := SyncPublished(dir, FileExit); err != nil {
 			log.Warn("task outcome not synced", "err", err)
 		}
 	}
-	return 0
+}
+
+// Dispatch runs the supervisor role that args (os.Args[1:]) name, if any:
+// a supervisor per task (Command, Main) or the work directory's supervisor
+// server (ServeCommand, Serve). ok is false when args name neither, and
+// the binary goes on with its own main. Every binary that may serve as
+// the local provider's supervisor (Config.SupervisorPath) calls it before
+// anything else:
+//
+//	if code, ok := supervise.Dispatch(os.Args[1:]); ok {
+//		os.Exit(code)
+//	}
+func Dispatch(args []string) (code int, ok bool) {
+	switch {
+	case len(args) > 0 && args[0] == Command:
+		return Main(args[1:]), true
+	case len(args) > 0 && args[0] == ServeCommand:
+		return Serve(args[1:]), true
+	}
+	return 0, false
 }
 
 // SyncPublished makes the record dir/name, published without a sync,
