@@ -7,6 +7,9 @@
 // one to the scheduler. After a restart it re-attaches to its running
 // tasks, reads its unacknowledged orders again, and replaces a `lost`
 // outcome the scheduler recorded while it was silent with the true one.
+// An eviction order (preemption) stops a task and records the job
+// cancelled (error code preempted) or back in the queue, as its mode says
+// (checkpoint: SIGUSR1 first, the stop after the order's grace).
 //
 // One agent serves one real node (the machine it runs on, local provider)
 // or many virtual ones (the fake-node agent: providers/fake).
@@ -24,6 +27,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -154,7 +158,13 @@ type task struct {
 	handle providers.Handle
 	prov   providers.Provider
 	lost   bool // the scheduler recorded the job failed: lost; its outcome corrects that
+	// stop is the reason of a stop or eviction order; evict its mode
+	// (pool.EvictCancel, …; "" for a plain stop), and stopAt when the stop
+	// is due (after a checkpoint signal's grace; zero = now). Guarded by
+	// Agent.mu.
 	stop   string
+	evict  string
+	stopAt time.Time
 }
 
 // New checks cfg and returns an agent.
@@ -377,6 +387,9 @@ func (a *Agent) order(ctx context.Context, m pool.Message) (bool, *task) {
 			a.stopTask(ctx, t)
 		}
 		return true, nil
+	case pool.KindEvict:
+		a.evictTask(ctx, m)
+		return true, nil
 	default:
 		return a.start(ctx, m)
 	}
@@ -395,6 +408,16 @@ func (a *Agent) start(ctx context.Context, m pool.Message) (bool, *task) {
 	a.mu.Unlock()
 	if known {
 		return true, nil // a repeated order
+	}
+	if endedHere && e.to == wire.JobQueued {
+		// This node put the job back in the queue (a retry, an eviction):
+		// an order for it now is its next attempt, not a replay.
+		a.mu.Lock()
+		if cur, ok := a.ends[m.JobID]; ok && cur.at.Equal(e.at) {
+			delete(a.ends, m.JobID)
+		}
+		a.mu.Unlock()
+		endedHere = false
 	}
 	if endedHere {
 		// This node ran the job already: its order is back because Redis
@@ -870,8 +893,9 @@ func (a *Agent) pollTasks(ctx context.Context, ts []*task) {
 		}
 		a.mu.Lock()
 		stopping := t.stop
+		due := !a.cfg.Clock.Now().Before(t.stopAt)
 		a.mu.Unlock()
-		if stopping != "" && !st.State.Terminal() {
+		if stopping != "" && due && !st.State.Terminal() {
 			a.stopTask(ctx, t)
 		}
 		if st.State.Terminal() {
@@ -894,6 +918,46 @@ func (a *Agent) stopTask(ctx context.Context, t *task) {
 	if err := t.prov.Stop(sctx, t.handle); err != nil && sctx.Err() == nil {
 		a.log.Warn("stop", "job", t.rec.JobID, "err", err)
 	}
+}
+
+// evictTask carries out an eviction order (preemption; see
+// pool.KindEvict): the task is stopped, now or, in checkpoint mode, after
+// SIGUSR1 and the order's grace (the job's checkpoint protocol: on
+// SIGUSR1, save progress; a provider that cannot signal gets the stop at
+// once), and finish records the job cancelled (preempted) or queued again
+// as the mode says. A task not tracked here (ended meanwhile) is left
+// alone: the scheduler's preemptor stops waiting for it after its wait.
+func (a *Agent) evictTask(ctx context.Context, m pool.Message) {
+	a.mu.Lock()
+	t := a.tasks[m.JobID]
+	if t != nil && t.stop == "" {
+		t.stop, t.evict = firstNonEmpty(m.Reason, "preempted"), m.Mode
+	}
+	a.mu.Unlock()
+	if t == nil {
+		a.log.Info("eviction of a job this agent does not run", "job", m.JobID)
+		return
+	}
+	if m.Mode == pool.EvictCheckpoint && m.Grace > 0 {
+		if sg, ok := t.prov.(providers.Signaler); ok {
+			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			err := sg.Signal(sctx, t.handle, syscall.SIGUSR1)
+			cancel()
+			if err == nil {
+				a.mu.Lock()
+				t.stopAt = a.cfg.Clock.Now().Add(m.Grace)
+				if a.stopping == nil {
+					a.stopping = map[*task]bool{}
+				}
+				a.stopping[t] = true // polled on each tick; stopped once due
+				a.mu.Unlock()
+				a.log.Info("eviction: signalled the job to checkpoint", "job", m.JobID, "grace", m.Grace)
+				return
+			}
+			a.log.Warn("eviction: checkpoint signal failed; stopping now", "job", m.JobID, "err", err)
+		}
+	}
+	a.stopTask(ctx, t)
 }
 
 // neverStarted handles a job recorded running here whose task the
@@ -920,6 +984,20 @@ func (a *Agent) neverStarted(ctx context.Context, t *task) {
 // finish records the outcome of an ended task.
 func (a *Agent) finish(ctx context.Context, t *task, st providers.Status) {
 	u := jobs.Update{ExitCode: st.ExitCode, StdoutPath: st.StdoutPath, StderrPath: st.StderrPath}
+	a.mu.Lock()
+	evict, why := t.evict, t.stop
+	a.mu.Unlock()
+	if evict != "" && st.State != providers.StateSucceeded && !t.lost {
+		// Evicted (a task that finished meanwhile keeps its success): the
+		// eviction's mode says what the job becomes.
+		if evict == pool.EvictCancel {
+			u.Error = &wire.JobError{Code: "preempted", Message: why}
+			a.end(ctx, t, wire.JobCancelled, u)
+			return
+		}
+		a.end(ctx, t, wire.JobQueued, jobs.Update{StdoutPath: st.StdoutPath, StderrPath: st.StderrPath})
+		return
+	}
 	to := wire.JobSucceeded
 	switch st.State {
 	case providers.StateFailed:

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -15,6 +16,10 @@ import (
 type Spec struct {
 	Timeout     time.Duration // the run-time limit (backfill plans the job's end there)
 	RequeueLost bool          // run the job again when its node is lost (at least once)
+	// NonPreemptible: the job is never evicted; PreemptMode: how it is
+	// evicted ("" = Config.Preemption.DefaultMode). From its template.
+	NonPreemptible bool
+	PreemptMode    engine.EvictionMode
 }
 
 // Resolver checks a request against the operator's templates or
@@ -71,6 +76,22 @@ type Config struct {
 	CheckpointName string
 	// CheckpointEvery is the engine checkpoint interval (default 10 s).
 	CheckpointEvery time.Duration
+	// Preemption configures evictions (engine.PreemptionConfig; the zero
+	// value is off): the engine may plan to stop running jobs so that a
+	// more urgent one fits, and the scheduler carries the evictions out
+	// (preempt.go). Suspend is not carried out yet: it falls back to
+	// requeue (engine.ResolveMode with LiveModes).
+	Preemption engine.PreemptionConfig
+	// PreemptGrace is how long a victim evicted in checkpoint mode has
+	// between SIGUSR1 and its stop (default 30 s).
+	PreemptGrace time.Duration
+	// PreemptWait is how long a preemptor keeps the room its victims free
+	// while they stop; past it, it waits in the queue again (default
+	// AssignTimeout + PreemptGrace).
+	PreemptWait time.Duration
+	// OnEviction is called for each eviction ordered (telemetry); it must
+	// not block. Nil: nothing.
+	OnEviction func(Eviction)
 	// RequestStatus reads the statuses of request entries (retractions
 	// missed while no scheduler ran); nil skips the check.
 	RequestStatus func(ctx context.Context, entryIDs []string) ([]string, error)
@@ -101,6 +122,16 @@ func (c *Config) fill() error {
 	def(&c.Rescan, 30*time.Second)
 	def(&c.NodeRefresh, time.Second)
 	def(&c.CheckpointEvery, 10*time.Second)
+	def(&c.PreemptGrace, 30*time.Second)
+	def(&c.PreemptWait, c.AssignTimeout+c.PreemptGrace)
+	if !engine.ValidPreemptPolicy(c.Preemption.Policy) {
+		return fmt.Errorf("dispatch: unknown preemption policy %q", c.Preemption.Policy)
+	}
+	for pool, p := range c.Preemption.PoolPolicy {
+		if !engine.ValidPreemptPolicy(p) {
+			return fmt.Errorf("dispatch: pool %s: unknown preemption policy %q", pool, p)
+		}
+	}
 	if c.NodeTimeout < c.NodeUnhealthy {
 		c.NodeTimeout = c.NodeUnhealthy
 	}
@@ -118,6 +149,9 @@ func (c *Config) fill() error {
 	}
 	if c.Notify == nil {
 		c.Notify = func() {}
+	}
+	if c.OnEviction == nil {
+		c.OnEviction = func(Eviction) {}
 	}
 	return nil
 }

@@ -20,6 +20,10 @@
 //     assigned-but-unstarted jobs are placed again elsewhere) and after
 //     NodeTimeout its running jobs end `lost`, or go back to the queue when
 //     their template allows it (at least once);
+//   - preemption (Config.Preemption, off by default; preempt.go): a
+//     plan's evictions become fenced eviction orders to the victims'
+//     nodes, and each preemptor is held, out of the engine's input, until
+//     its victims' ends release their room; then it is assigned;
 //   - final rejections, incomplete gangs, retracted requests and
 //     explanations are written to the job records, every write fenced by
 //     the scheduler's epoch.

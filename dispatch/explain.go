@@ -57,7 +57,7 @@ func (s *Scheduler) publishExplanations(ctx context.Context, limit int, minGap t
 	s.explainMore = more
 	s.mu.Unlock()
 	for _, u := range todo {
-		b, err := json.Marshal(ExplanationJSON(u.e))
+		b, err := json.Marshal(s.explained(u.e))
 		if err != nil {
 			continue
 		}
@@ -79,12 +79,44 @@ func (s *Scheduler) publishExplanations(ctx context.Context, limit int, minGap t
 func (s *Scheduler) Explanation(id string) (engine.Explanation, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if t, ok := s.waiting[id]; ok && t.hold != nil {
+		return t.hold.expl, true // out of the plans while it waits for its victims
+	}
 	for _, e := range s.plan.Explanations {
 		if e.JobID == id {
 			return e, true
 		}
 	}
 	return engine.Explanation{}, false
+}
+
+// Explain returns job id's explanation for publication: the latest plan's
+// (Explanation), with the eviction it suffered in the last hour, if any;
+// for a job in no plan that was evicted, the eviction alone. False when
+// there is neither.
+func (s *Scheduler) Explain(id string) (Explained, bool) {
+	if e, ok := s.Explanation(id); ok {
+		return s.explained(e), true
+	}
+	s.mu.Lock()
+	ev, ok := s.lastEvictionLocked(id)
+	s.mu.Unlock()
+	if !ok {
+		return Explained{}, false
+	}
+	return Explained{Reason: "preempted", Message: ev.Reason, Preempted: preemptedView(ev)}, true
+}
+
+// explained is ExplanationJSON(e) with the job's latest eviction.
+func (s *Scheduler) explained(e engine.Explanation) Explained {
+	out := ExplanationJSON(e)
+	s.mu.Lock()
+	ev, ok := s.lastEvictionLocked(e.JobID)
+	s.mu.Unlock()
+	if ok {
+		out.Preempted = preemptedView(ev)
+	}
+	return out
 }
 
 // Explained is the JSON form of an engine explanation on a job entry.
@@ -103,6 +135,11 @@ type Explained struct {
 	Reason       string   `json:"reason,omitempty"`
 	Message      string   `json:"message,omitempty"`
 	EstStart     *float64 `json:"estimated_start"`
+	// Evicts are the running jobs evicted to make room for this job
+	// (placed by preemption); Preempted is this job's own latest
+	// eviction (within the last hour).
+	Evicts    []string       `json:"evicts,omitempty"`
+	Preempted *PreemptedView `json:"preempted,omitempty"`
 }
 
 // ExplanationJSON converts an engine explanation for publication.
@@ -112,7 +149,7 @@ func ExplanationJSON(e engine.Explanation) Explained {
 		Position: e.Position, Priority: round3(e.Priority), Level: f.Level, AgeHours: round3(f.AgeHours),
 		AgeTerm: round3(f.Age), FairShare: round3(f.FairShare), Urgency: round3(f.Urgency),
 		DeadlineMiss: f.DeadlineMiss, Guaranteed: f.Guaranteed, Placed: e.Placed,
-		Reason: string(e.Reason), Message: e.Message,
+		Reason: string(e.Reason), Message: e.Message, Evicts: e.Evicts,
 	}
 	if f.HasDeadline {
 		sl := f.Slack.Seconds()

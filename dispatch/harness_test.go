@@ -324,6 +324,12 @@ func (f *fakeNodes) Nodes(context.Context) ([]pool.NodeState, time.Time, error) 
 
 type stopOrder struct{ Node, JobID, Reason string }
 
+// evictOrder is an eviction the scheduler ordered.
+type evictOrder struct {
+	Node, JobID string
+	pool.Eviction
+}
+
 // fakeOrders is the assignment channel and the report stream. Assign does
 // what pool's assign.lua does to the fake store's record (queued only: node
 // and placement set), and records the order.
@@ -333,6 +339,7 @@ type fakeOrders struct {
 	mu        sync.Mutex
 	assigns   []pool.Assignment
 	stops     []stopOrder
+	evicts    []evictOrder
 	nodeJobs  map[string]map[string]bool
 	fenced    bool
 	fencedTry int              // writes attempted while fenced
@@ -407,6 +414,23 @@ func (o *fakeOrders) Stop(_ context.Context, _ pool.Fence, node, jobID, reason s
 	}
 	o.stops = append(o.stops, stopOrder{node, jobID, reason})
 	return nil
+}
+
+func (o *fakeOrders) Evict(_ context.Context, _ pool.Fence, node, jobID string, e pool.Eviction) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.fenced {
+		o.fencedTry++
+		return fmt.Errorf("fake: evict %s: %w", jobID, pool.ErrFenced)
+	}
+	o.evicts = append(o.evicts, evictOrder{node, jobID, e})
+	return nil
+}
+
+func (o *fakeOrders) evictOrders() []evictOrder {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.evicts)
 }
 
 func (o *fakeOrders) NodeJobs(_ context.Context, node string) ([]string, error) {

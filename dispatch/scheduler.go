@@ -46,6 +46,11 @@ type tracked struct {
 	started     time.Time            // running: when it started; assigned: when assigned
 	explained   explainKey
 	explAt      time.Time
+	// evicting: an eviction of this running job was ordered (it is no
+	// candidate again); hold: this pending job waits for its victims to
+	// end (see preempt.go).
+	evicting *Eviction
+	hold     *preemptHold
 }
 
 // id is the job's ID.
@@ -124,7 +129,9 @@ type Scheduler struct {
 	unexplained bool       // some pending jobs are in no plan yet (canSkipLocked)
 	stuck       bool       // the last plan left every pending job stuck (see stuckLocked)
 	nodeBuf     []engine.Node
-	explainMore bool // explanations of the last plan remain to publish
+	explainMore bool                // explanations of the last plan remain to publish
+	waiting     map[string]*tracked // preemptors holding room for their victims' ends (preempt.go)
+	evictLog    []Eviction          // the evictions of the last evictionWindow, oldest first
 }
 
 type nodeHealth struct {
@@ -141,6 +148,8 @@ type counters struct {
 	waitN, turnN                                            int
 	cycles, placements, refusedApply, reassigned            int
 	lastCycle                                               time.Duration
+	preemptions                                             int
+	lostWork                                                float64 // seconds, summed over the evictions
 }
 
 // New returns the scheduler for the term of fence.
@@ -153,7 +162,8 @@ func New(cfg Config, in Intake, js JobStore, nodes Nodes, orders Orders, fence p
 		incoming: make(chan jobs.Job, 1024), wake: make(chan struct{}, 1), room: make(chan struct{}, 1),
 		handedOver: map[string]int{}, jobs_: map[string]*tracked{}, ledger: engine.NewLedger(),
 		health: map[string]nodeHealth{}, silentSince: map[string]time.Time{},
-		replan: true,
+		waiting: map[string]*tracked{},
+		replan:  true,
 	}
 	empty := slices.Clone(cfg.NodeClasses)
 	s.feasible.Store(&empty)
@@ -348,6 +358,7 @@ func (s *Scheduler) track(j jobs.Job) (*tracked, *wire.Error) {
 	}
 	ej := EngineJob(j, sub, s.cfg.StorageTier)
 	ej.TimeLimit = spec.Timeout
+	ej.NonPreemptible, ej.PreemptMode = spec.NonPreemptible, spec.PreemptMode
 	s.intern.job(&ej)
 	return &tracked{ej: ej, accepted: j.AcceptedAt, requeueLost: spec.RequeueLost, phase: PhasePending}, nil
 }
@@ -405,6 +416,10 @@ func (s *Scheduler) setPhaseLocked(t *tracked, p Phase) {
 
 // dropLocked forgets a job (s.mu held), releasing what it held.
 func (s *Scheduler) dropLocked(t *tracked, ended time.Time) {
+	if t.hold != nil {
+		t.hold = nil
+		delete(s.waiting, t.id())
+	}
 	if t.phase == PhasePending {
 		s.pendingN--
 	} else {
@@ -438,6 +453,9 @@ func (s *Scheduler) applyReports(ctx context.Context, rs []pool.Report) error {
 		case r.Event == pool.EventStarted && t.phase == PhaseAssigned:
 			s.setPhaseLocked(t, PhaseRunning)
 			t.started = now
+			if s.cfg.Preemption.Enabled() {
+				s.replan = true // a started job may be a victim now (an assigned one is none)
+			}
 			s.stats.waitSum += max(0, now.Sub(t.ej.Submitted).Seconds())
 			s.stats.waitN++
 		case r.Event == pool.EventEnded && t.phase != PhasePending:
@@ -631,11 +649,22 @@ func (s *Scheduler) applyCancels(ctx context.Context) (bool, error) {
 // slowly; the full re-plan catches up with them, and with the positions
 // and explanations of the new jobs.
 func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
+	// Preemptors whose victims ended take their room first (preempt.go).
 	s.mu.Lock()
-	if s.pendingN == 0 && len(s.ended) == 0 ||
+	was, wts := s.placeWaitingLocked(s.cfg.Clock.Now())
+	s.mu.Unlock()
+	waited := len(was) > 0
+	if err := s.assign(ctx, was, wts); err != nil {
+		return waited, err
+	}
+	s.mu.Lock()
+	if s.pendingN == len(s.waiting) && len(s.ended) == 0 ||
 		!s.replan && s.cfg.Clock.Now().Sub(s.plannedAt) < s.cfg.FullReplan && s.canSkipLocked() {
 		s.mu.Unlock()
-		return false, nil
+		if waited {
+			s.roomMade()
+		}
+		return waited, nil
 	}
 	snap := s.snapshotLocked()
 	st := s.state
@@ -658,6 +687,15 @@ func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 	s.stuck = s.stuckLocked(plan)
 	s.stats.cycles++
 	s.stats.lastCycle = took
+	// Evictions first: their preemptors wait for the victims' ends
+	// (preempt.go), and nothing else goes where they wait.
+	evs, holds := s.takeEvictionsLocked(&plan)
+	heldNode := map[string]bool{}
+	for _, t := range s.waiting {
+		if t.hold != nil {
+			heldNode[t.hold.p.Node] = true
+		}
+	}
 	// Re-check every placement against the ledger (as the simulator
 	// applies plans) and hold it there until the assignment is written.
 	var as []pool.Assignment
@@ -665,6 +703,15 @@ func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 	for _, p := range plan.Placements {
 		t, ok := s.jobs_[p.JobID]
 		if !ok || t.phase != PhasePending {
+			continue
+		}
+		if h := holds[p.JobID]; h != nil {
+			s.holdPreemptorLocked(t, h, p, snap.Now)
+			heldNode[p.Node] = true
+			continue
+		}
+		if heldNode[p.Node] {
+			s.replan = true // the room there is a preemptor's: placed again next cycle
 			continue
 		}
 		if err := s.ledger.ApplyAt(t.ej, p, snap.Now); err != nil {
@@ -682,7 +729,39 @@ func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 	}
 	s.mu.Unlock()
 
-	changed := len(as) > 0
+	if err := s.orderEvictions(ctx, evs); err != nil {
+		return true, err
+	}
+	changed := len(as) > 0 || len(evs) > 0 || waited
+	if err := s.assign(ctx, as, ts); err != nil {
+		return changed, err
+	}
+	for _, r := range plan.Rejected {
+		if r.Final && !poolDependent(r.Reason) {
+			if err := s.rejectFinal(ctx, r); err != nil {
+				return true, err
+			}
+			changed = true
+		}
+	}
+	for _, r := range s.incompleteGangs(snap.Now) {
+		if err := s.rejectFinal(ctx, r); err != nil {
+			return true, err
+		}
+		changed = true
+	}
+	if changed {
+		s.roomMade()
+	}
+	return changed, nil
+}
+
+// assign writes assignments the ledger holds (ts[i] is as[i]'s job, now
+// assigned) and settles the jobs whose assignment failed.
+func (s *Scheduler) assign(ctx context.Context, as []pool.Assignment, ts []*tracked) error {
+	if len(as) == 0 {
+		return nil
+	}
 	errs := s.orders.Assign(ctx, s.fence, as)
 	now := s.cfg.Clock.Now()
 	var look []string
@@ -715,30 +794,10 @@ func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 	}
 	for _, err := range errs {
 		if fenced(err) {
-			return changed, err
+			return err
 		}
 	}
-	if err := s.reload(ctx, look); err != nil {
-		return changed, err
-	}
-	for _, r := range plan.Rejected {
-		if r.Final && !poolDependent(r.Reason) {
-			if err := s.rejectFinal(ctx, r); err != nil {
-				return true, err
-			}
-			changed = true
-		}
-	}
-	for _, r := range s.incompleteGangs(snap.Now) {
-		if err := s.rejectFinal(ctx, r); err != nil {
-			return true, err
-		}
-		changed = true
-	}
-	if changed {
-		s.roomMade()
-	}
-	return changed, nil
+	return s.reload(ctx, look)
 }
 
 // canSkipLocked reports, when nothing but the time and new jobs changed
@@ -765,7 +824,7 @@ func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 // within explainNewWithin all the same, not only at the next full re-plan.
 func (s *Scheduler) canSkipLocked() bool {
 	if len(s.added) > 0 {
-		if !s.stuck {
+		if !s.stuck || s.mayPreemptLocked() {
 			return false
 		}
 		s.nodeBuf = s.ledger.SnapshotInto(s.nodeBuf, nil)
@@ -814,24 +873,33 @@ func (s *Scheduler) snapshotLocked() engine.Snapshot {
 	for _, id := range s.sortedIDsLocked() {
 		t := s.jobs_[id]
 		if t.phase == PhasePending {
-			pending = append(pending, t.ej)
+			if t.hold == nil { // a preemptor waiting for its victims is not planned again
+				pending = append(pending, t.ej)
+			}
 			continue
 		}
 		r := engine.Running{Job: t.ej, Started: t.started}
+		r.PreemptModes = LiveModes
+		if t.phase != PhaseRunning || t.evicting != nil {
+			r.NonPreemptible = true // only a started job is a victim, and only once
+		}
 		if t.placement != nil {
 			r.Node, r.GPUs, r.MIG = t.placement.Node, t.placement.GPUs, t.placement.MIG
 		}
 		running = append(running, r)
 	}
 	running = append(running, s.ended...)
+	nodes := s.ledger.Snapshot()
+	s.heldNodesLocked(nodes)
 	return engine.Snapshot{
-		Now:      s.cfg.Clock.Now(),
-		Seed:     s.cfg.Seed ^ s.cycle,
-		Policy:   s.cfg.Policy,
-		Nodes:    s.ledger.Snapshot(),
-		Pending:  pending,
-		Running:  running,
-		Accounts: s.cfg.Accounts,
+		Now:        s.cfg.Clock.Now(),
+		Seed:       s.cfg.Seed ^ s.cycle,
+		Policy:     s.cfg.Policy,
+		Nodes:      nodes,
+		Pending:    pending,
+		Running:    running,
+		Accounts:   s.cfg.Accounts,
+		Preemption: s.cfg.Preemption,
 	}
 }
 

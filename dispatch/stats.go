@@ -23,6 +23,7 @@ type Stats struct {
 func (s *Scheduler) Stats(inboxDepth int) Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.pruneEvictionsLocked(s.cfg.Clock.Now())
 	u := s.ledger.Utilization()
 	util := map[string]float64{}
 	for _, dim := range []engine.Dim{engine.DimCPU, engine.DimMemory, engine.DimGPU} {
@@ -75,9 +76,14 @@ func (s *Scheduler) Stats(inboxDepth int) Stats {
 			"scheduler_lost_jobs":       float64(st.lost),
 			"scheduler_requeued_jobs":   float64(st.requeued),
 			"scheduler_assigned_jobs":   float64(assigned),
-			"pool_nodes":                float64(len(s.health)),
-			"pool_healthy_nodes":        float64(healthy),
-			"inbox_depth":               float64(inboxDepth),
+			// Evictions ordered in this term, in the last hour, and the
+			// run time they threw away (seconds since the victims' starts).
+			"scheduler_preemptions":            float64(st.preemptions),
+			"scheduler_preemptions_last_hour":  float64(len(s.evictLog)),
+			"scheduler_preemption_lost_work_s": math.Round(st.lostWork*1000) / 1000,
+			"pool_nodes":                       float64(len(s.health)),
+			"pool_healthy_nodes":               float64(healthy),
+			"inbox_depth":                      float64(inboxDepth),
 		},
 	}
 }

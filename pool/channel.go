@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,7 +23,28 @@ const AgentGroup = "agent"
 const (
 	KindStart = "start" // run the job (Placement set)
 	KindStop  = "stop"  // stop the job's task (Reason set)
+	// KindEvict stops the job's task to make room for another (Reason,
+	// Mode and, for checkpoint, Grace set): preemption. Unlike a stop it
+	// says what the job becomes: cancelled (EvictCancel), or queued again
+	// (EvictRequeue; EvictCheckpoint signals the task first and stops it
+	// after Grace).
+	KindEvict = "evict"
 )
+
+// Eviction modes of a KindEvict order (engine.EvictionMode's values that
+// the agent carries out; suspend is not one of them yet).
+const (
+	EvictCancel     = "cancel"
+	EvictRequeue    = "requeue"
+	EvictCheckpoint = "checkpoint"
+)
+
+// Eviction is what a KindEvict order says besides its job.
+type Eviction struct {
+	Mode   string        // EvictCancel, EvictRequeue or EvictCheckpoint
+	Reason string        // for humans: by which job, under which policy
+	Grace  time.Duration // EvictCheckpoint: how long the task has after the signal
+}
 
 // Assignment is one placement the scheduler gives a node.
 type Assignment struct {
@@ -37,7 +59,9 @@ type Message struct {
 	Kind      string
 	JobID     string
 	Placement providers.Placement // KindStart
-	Reason    string              // KindStop
+	Reason    string              // KindStop, KindEvict
+	Mode      string              // KindEvict: EvictCancel, EvictRequeue or EvictCheckpoint
+	Grace     time.Duration       // KindEvict with EvictCheckpoint
 	Err       error               // a malformed message (acknowledge and drop it)
 }
 
@@ -123,6 +147,26 @@ func (c *Channel) Stop(ctx context.Context, f Fence, node, jobID, reason string)
 	return nil
 }
 
+// Evict orders node's agent to stop the job's task to make room for
+// another (fenced): the job then ends cancelled or goes back to the queue,
+// as e.Mode says.
+func (c *Channel) Evict(ctx context.Context, f Fence, node, jobID string, e Eviction) error {
+	switch e.Mode {
+	case EvictCancel, EvictRequeue, EvictCheckpoint:
+	default:
+		return fmt.Errorf("pool: evict %s on %s: unknown mode %q", jobID, node, e.Mode)
+	}
+	n, err := scriptOrder.Run(ctx, c.rdb, []string{f.Key, c.keys.NodeAssign(node)}, f.Epoch, KindEvict, jobID, e.Reason,
+		"mode", e.Mode, "grace_ms", e.Grace.Milliseconds()).Int()
+	if err != nil {
+		return fmt.Errorf("pool: evict %s on %s: %w", jobID, node, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("pool: evict %s on %s: %w", jobID, node, ErrFenced)
+	}
+	return nil
+}
+
 // EnsureGroups creates the agent group on each node's stream (and the
 // stream), reading from its start, so orders written before the agent
 // first came up are read too.
@@ -192,6 +236,15 @@ func decodeMessage(node string, m redis.XMessage) Message {
 			msg.Err = fmt.Errorf("order %s on node %s: placement: %w", m.ID, node, err)
 		}
 	case msg.Kind == KindStop:
+	case msg.Kind == KindEvict:
+		msg.Mode = str("mode")
+		ms, _ := strconv.ParseInt(str("grace_ms"), 10, 64)
+		msg.Grace = time.Duration(ms) * time.Millisecond
+		switch msg.Mode {
+		case EvictCancel, EvictRequeue, EvictCheckpoint:
+		default:
+			msg.Err = fmt.Errorf("order %s on node %s: unknown eviction mode %q", m.ID, node, msg.Mode)
+		}
 	default:
 		msg.Err = fmt.Errorf("order %s on node %s: unknown kind %q", m.ID, node, msg.Kind)
 	}

@@ -81,6 +81,7 @@ func TestSchemaFieldsMatchStructs(t *testing.T) {
 		"JobStatistics":          {"compute-metrics.v1.schema.json", "$defs/job_status/properties/statistics", reflect.TypeFor[JobStatistics]()},
 		"JobCompletedEvent":      {"events.v1.schema.json", "$defs/job_completed", reflect.TypeFor[JobCompletedEvent]()},
 		"ResourceExhaustedEvent": {"events.v1.schema.json", "$defs/resource_exhausted", reflect.TypeFor[ResourceExhaustedEvent]()},
+		"PreemptionData":         {"compute-metrics.v1.schema.json", "$defs/preemption", reflect.TypeFor[PreemptionData]()},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -26,13 +26,15 @@ import (
 //	                    dispatch/scheduler.go rejectFinal; broker/feed.go expireJob → retireRecord
 //	queued → rejected   no Transition call: a refused request's record is created rejected
 //	                    (accept.lua); kept legal for a refusal after acceptance
-//	running → running   agent/agent.go (the task handle)
+//	running → running   agent/agent.go (the task handle); dispatch/preempt.go (an eviction on the victim's explanation)
 //	running → succeeded, failed, cancelled
 //	                    internal/adapter/dispatch.go finish (exit, killed, timeout, lost), start
-//	                    (start_failed), endLost, reattach (lost); agent/agent.go end;
+//	                    (start_failed), endLost, reattach (lost); agent/agent.go end (and an
+//	                    eviction in mode cancel: cancelled, error.code preempted);
 //	                    dispatch/nodes.go (node silent: failed, lost)
 //	running → queued    internal/adapter/dispatch.go requeueUnstarted, finish (retry);
-//	                    agent/agent.go (retry, requeue); dispatch/nodes.go (RequeueLost)
+//	                    agent/agent.go (retry, requeue, eviction in mode requeue or checkpoint);
+//	                    dispatch/nodes.go (RequeueLost)
 //	failed → succeeded, failed, cancelled
 //	                    agent/agent.go end, when the scheduler had ended the job lost (LegalCorrection)
 type madeTransition struct {

@@ -8,9 +8,11 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/computeboard/computeboard/engine"
 )
 
-const cliUsage = `usage: adapter sim TRACE [--policy NAME | --compare NAME,NAME,...|all] [--json] [--seed N]
+const cliUsage = `usage: adapter sim TRACE [--policy NAME | --compare NAME,NAME,...|all | --preemption NAME,...|all] [--json] [--seed N]
 
 Replays the workload trace (JSON; see engine/sim/README.md) through the real
 scheduling engine on a virtual clock and reports per-account share versus
@@ -23,6 +25,12 @@ resource, deadline misses and the engine's decision rate.
   --compare LIST    run each policy of the comma-separated LIST on the same
                     trace and compare them; "all" = every selection algorithm
                     and every variant of the trace
+  --preemption LIST run the trace once per preemption policy of the
+                    comma-separated LIST (off, priority, fair-share,
+                    deadline-aware, resource-based, cost-based, hybrid; "all"
+                    = off and every policy), under the trace's engine policy
+                    and preemption settings, and compare evictions, lost
+                    work, urgent jobs' waits and ping-pong
   --json            print the report(s) as JSON
   --seed N          replace the trace's seed (generated jobs, lottery draws)
 `
@@ -36,6 +44,7 @@ func Main(args []string, stdout, stderr io.Writer, now func() time.Time) error {
 	fs.Usage = func() { fmt.Fprint(stderr, cliUsage) }
 	policy := fs.String("policy", "", "")
 	compare := fs.String("compare", "", "")
+	preempt := fs.String("preemption", "", "")
 	asJSON := fs.Bool("json", false, "")
 	seed := fs.Uint64("seed", 0, "")
 	var pos []string
@@ -56,8 +65,8 @@ func Main(args []string, stdout, stderr io.Writer, now func() time.Time) error {
 		fs.Usage()
 		return errors.New("sim: want exactly one TRACE file")
 	}
-	if *policy != "" && *compare != "" {
-		return errors.New("sim: --policy and --compare exclude each other")
+	if *policy != "" && *compare != "" || *preempt != "" && (*policy != "" || *compare != "") {
+		return errors.New("sim: --policy, --compare and --preemption exclude each other")
 	}
 	tr, err := Load(pos[0])
 	if err != nil {
@@ -80,6 +89,9 @@ func Main(args []string, stdout, stderr io.Writer, now func() time.Time) error {
 		fmt.Fprintf(stderr, "sim %s, policy %s: simulated %s%s; %d of %d jobs ended%s\n",
 			tr.Name, p.Policy, fmtDur(p.SimTime.Seconds()), of, p.Ended, p.Jobs, done)
 	}}
+	if *preempt != "" {
+		return comparePreemption(tr, *preempt, opts, *asJSON, stdout)
+	}
 	if *compare == "" {
 		r, err := RunWith(tr, *policy, opts)
 		if err != nil {
@@ -131,6 +143,37 @@ func Main(args []string, stdout, stderr io.Writer, now func() time.Time) error {
 		}
 	}
 	return nil
+}
+
+// comparePreemption is --preemption: one run per policy of list.
+func comparePreemption(tr *Trace, list string, opts Options, asJSON bool, stdout io.Writer) error {
+	var names []string
+	for _, n := range strings.Split(list, ",") {
+		n = strings.TrimSpace(n)
+		switch {
+		case n == "":
+		case n == "all":
+			names = append(names, string(engine.PreemptOff))
+			for _, p := range engine.PreemptPolicies {
+				names = append(names, string(p))
+			}
+		case !engine.ValidPreemptPolicy(engine.PreemptPolicy(n)):
+			return fmt.Errorf("sim: --preemption: unknown policy %q", n)
+		default:
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return errors.New("sim: --preemption names no policy")
+	}
+	rs, err := ComparePreemptionWith(tr, names, opts)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(stdout, rs)
+	}
+	return WritePreemptionComparison(stdout, rs)
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -137,6 +138,15 @@ type Template struct {
 	// (at least once: the first run may still be going on there). Off by
 	// default: such jobs end failed with reason lost.
 	RequeueLost bool `yaml:"requeue_lost"`
+	// NonPreemptible jobs are never evicted to make room for another
+	// (scheduler.preemption).
+	NonPreemptible bool `yaml:"non_preemptible"`
+	// PreemptMode is how this template's jobs are evicted: cancel,
+	// requeue, checkpoint (SIGUSR1, then the stop after
+	// scheduler.preemption.checkpoint_grace, then requeue) or suspend
+	// (carried out as requeue for now); default
+	// scheduler.preemption.default_mode.
+	PreemptMode string `yaml:"preempt_mode"`
 
 	argRE *regexp.Regexp
 }
@@ -214,6 +224,129 @@ type SchedulerConfig struct {
 	// cancel, a node change) and at least this often for what time alone
 	// changes (ageing, deadline urgency, reservations, estimated starts).
 	FullReplan Duration `yaml:"full_replan"`
+	// Preemption lets a job that fits nowhere evict running jobs of lower
+	// priority (off by default).
+	Preemption PreemptionConfig `yaml:"preemption"`
+}
+
+// PreemptionConfig is scheduler.preemption: engine.PreemptionConfig in
+// YAML (see engine/preempt.go for the policies and guard rails).
+type PreemptionConfig struct {
+	// Policy chooses the victims: off (default), priority, fair-share,
+	// deadline-aware, resource-based, cost-based or hybrid.
+	Policy string `yaml:"policy"`
+	// PoolPolicy overrides Policy per pool (node label "pool").
+	PoolPolicy map[string]string `yaml:"pool_policy"`
+	// MinRuntime: a job runs at least this long before it may be evicted
+	// (default 5m; 0s = no minimum).
+	MinRuntime *Duration `yaml:"min_runtime"`
+	// Cooldown: a job evicted less than this ago is neither evicted again
+	// nor evicts (default 10m; 0s = none).
+	Cooldown *Duration `yaml:"cooldown"`
+	// BudgetPerHour caps evictions per pool, AccountBudgetPerHour per
+	// victim account, in any rolling hour (0 = no cap).
+	BudgetPerHour        int `yaml:"budget_per_hour"`
+	AccountBudgetPerHour int `yaml:"account_budget_per_hour"`
+	// MinPreemptorLevel: only jobs of at least this level evict (0..9;
+	// e.g. 8: only CRITICAL requests).
+	MinPreemptorLevel int `yaml:"min_preemptor_level"`
+	// MaxVictims per preemptor (default 8); MaxPreemptors: pending jobs
+	// that may try to evict per cycle (default 16).
+	MaxVictims    int `yaml:"max_victims"`
+	MaxPreemptors int `yaml:"max_preemptors"`
+	// DefaultMode of victims whose template names none: requeue (default),
+	// cancel, checkpoint or suspend (carried out as requeue for now).
+	DefaultMode string `yaml:"default_mode"`
+	// HybridWeights weigh the hybrid policy's scores (default 1 each).
+	HybridWeights HybridWeights `yaml:"hybrid_weights"`
+	// CheckpointGrace is how long a victim evicted in checkpoint mode has
+	// between SIGUSR1 and its stop (default 30s).
+	CheckpointGrace Duration `yaml:"checkpoint_grace"`
+	// PreemptorWait is how long a preemptor keeps the room its victims
+	// free while they stop (default 60s + checkpoint_grace).
+	PreemptorWait Duration `yaml:"preemptor_wait"`
+}
+
+// HybridWeights are scheduler.preemption.hybrid_weights.
+type HybridWeights struct {
+	Priority  float64 `yaml:"priority"`
+	FairShare float64 `yaml:"fair_share"`
+	Deadline  float64 `yaml:"deadline"`
+	Resource  float64 `yaml:"resource"`
+	Cost      float64 `yaml:"cost"`
+}
+
+// validModes are the eviction modes a template or the default may name.
+var validModes = []string{"", "cancel", "requeue", "checkpoint", "suspend"}
+
+// check validates scheduler.preemption.
+func (p *PreemptionConfig) check() error {
+	const at = "scheduler.preemption"
+	policies := "off, priority, fair-share, deadline-aware, resource-based, cost-based or hybrid"
+	if !engine.ValidPreemptPolicy(engine.PreemptPolicy(p.Policy)) {
+		return fmt.Errorf("%s.policy %q: want %s", at, p.Policy, policies)
+	}
+	for pool, pol := range p.PoolPolicy {
+		if !engine.ValidPreemptPolicy(engine.PreemptPolicy(pol)) {
+			return fmt.Errorf("%s.pool_policy[%s] %q: want %s", at, pool, pol, policies)
+		}
+	}
+	for name, d := range map[string]*Duration{"min_runtime": p.MinRuntime, "cooldown": p.Cooldown,
+		"checkpoint_grace": &p.CheckpointGrace, "preemptor_wait": &p.PreemptorWait} {
+		if d != nil && *d < 0 {
+			return fmt.Errorf("%s.%s %v: must not be negative", at, name, d.D())
+		}
+	}
+	for name, v := range map[string]int{"budget_per_hour": p.BudgetPerHour, "account_budget_per_hour": p.AccountBudgetPerHour,
+		"max_victims": p.MaxVictims, "max_preemptors": p.MaxPreemptors} {
+		if v < 0 {
+			return fmt.Errorf("%s.%s %d: must not be negative", at, name, v)
+		}
+	}
+	if p.MinPreemptorLevel < 0 || p.MinPreemptorLevel > 9 {
+		return fmt.Errorf("%s.min_preemptor_level %d: want 0..9", at, p.MinPreemptorLevel)
+	}
+	if !slices.Contains(validModes, p.DefaultMode) {
+		return fmt.Errorf("%s.default_mode %q: want cancel, requeue, checkpoint or suspend", at, p.DefaultMode)
+	}
+	w := p.HybridWeights
+	if w.Priority < 0 || w.FairShare < 0 || w.Deadline < 0 || w.Resource < 0 || w.Cost < 0 {
+		return fmt.Errorf("%s.hybrid_weights: weights must not be negative", at)
+	}
+	return nil
+}
+
+// Engine returns the engine's PreemptionConfig.
+func (p *PreemptionConfig) Engine() engine.PreemptionConfig {
+	out := engine.PreemptionConfig{
+		Policy:               engine.PreemptPolicy(p.Policy),
+		BudgetPerHour:        p.BudgetPerHour,
+		AccountBudgetPerHour: p.AccountBudgetPerHour,
+		MinPreemptorLevel:    p.MinPreemptorLevel,
+		MaxVictims:           p.MaxVictims,
+		MaxPreemptors:        p.MaxPreemptors,
+		DefaultMode:          engine.EvictionMode(p.DefaultMode),
+		Weights: engine.HybridWeights{Priority: p.HybridWeights.Priority, FairShare: p.HybridWeights.FairShare,
+			Deadline: p.HybridWeights.Deadline, Resource: p.HybridWeights.Resource, Cost: p.HybridWeights.Cost},
+	}
+	if len(p.PoolPolicy) > 0 {
+		out.PoolPolicy = map[string]engine.PreemptPolicy{}
+		for k, v := range p.PoolPolicy {
+			out.PoolPolicy[k] = engine.PreemptPolicy(v)
+		}
+	}
+	// Unset: the engine's default (0); set to 0s: none (the engine's -1).
+	dur := func(d *Duration) time.Duration {
+		switch {
+		case d == nil:
+			return 0
+		case *d == 0:
+			return -1
+		}
+		return d.D()
+	}
+	out.MinRuntime, out.Cooldown = dur(p.MinRuntime), dur(p.Cooldown)
+	return out
 }
 
 // TelemetryConfig tunes the metrics publisher.
@@ -452,6 +585,9 @@ func (c *Config) fill(getenv func(string) string) error {
 	if c.Scheduler.Seed == 0 {
 		c.Scheduler.Seed = 1
 	}
+	if err := c.Scheduler.Preemption.check(); err != nil {
+		return err
+	}
 	if c.Telemetry.Interval == 0 {
 		c.Telemetry.Interval = Duration(10 * time.Second)
 	}
@@ -498,6 +634,9 @@ func (c *Config) fill(getenv func(string) string) error {
 		}
 		if t.Timeout == 0 {
 			t.Timeout = Duration(time.Hour)
+		}
+		if !slices.Contains(validModes, t.PreemptMode) {
+			return fmt.Errorf("template %q: preempt_mode %q: want cancel, requeue, checkpoint or suspend", name, t.PreemptMode)
 		}
 		c.Templates[name] = t
 	}

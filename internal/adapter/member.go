@@ -159,7 +159,8 @@ func (p *poolMember) agentResolve(req wire.Request) (agent.Command, *wire.Error)
 
 func (p *poolMember) schedResolve(req wire.Request) (dispatch.Spec, *wire.Error) {
 	cmd, werr := p.cfg.Resolve(req)
-	return dispatch.Spec{Timeout: cmd.Timeout, RequeueLost: cmd.RequeueLost}, werr
+	return dispatch.Spec{Timeout: cmd.Timeout, RequeueLost: cmd.RequeueLost,
+		NonPreemptible: cmd.NonPreemptible, PreemptMode: engine.EvictionMode(cmd.PreemptMode)}, werr
 }
 
 // runTerm is one scheduler term: while this adapter holds the lease at
@@ -221,6 +222,10 @@ func (p *poolMember) runTerm(ctx context.Context, l pool.Leader) error {
 		NodeTimeout:   cfg.Scheduler.NodeTimeout.D(),
 		NodeClasses:   classes,
 		Seed:          cfg.Scheduler.Seed,
+		Preemption:    cfg.Scheduler.Preemption.Engine(),
+		PreemptGrace:  cfg.Scheduler.Preemption.CheckpointGrace.D(),
+		PreemptWait:   cfg.Scheduler.Preemption.PreemptorWait.D(),
+		OnEviction:    func(ev dispatch.Eviction) { pub.Evicted(ev) },
 		RequestStatus: p.requestStatus,
 		Clock:         p.clk,
 		Logger:        log.With("component", "scheduler"),
@@ -392,12 +397,12 @@ func apiHandler(p *poolMember, reg *prometheus.Registry) http.Handler {
 		writeJSON(w, http.StatusOK, j)
 	})
 	mux.HandleFunc("GET /api/v1/jobs/{id}/explain", p.scheduler(func(w http.ResponseWriter, r *http.Request, t *term) {
-		e, ok := t.sched.Explanation(r.PathValue("id"))
+		e, ok := t.sched.Explain(r.PathValue("id"))
 		if !ok {
 			writeJSON(w, http.StatusNotFound, apiError("not_found", "job "+r.PathValue("id")+" is not pending"))
 			return
 		}
-		writeJSON(w, http.StatusOK, dispatch.ExplanationJSON(e))
+		writeJSON(w, http.StatusOK, e)
 	}))
 	mux.HandleFunc("GET /api/v1/scheduler", p.scheduler(func(w http.ResponseWriter, r *http.Request, t *term) {
 		writeJSON(w, http.StatusOK, t.sched.Stats(t.br.Inbox().Len()))
@@ -432,6 +437,7 @@ type poolCollector struct {
 	future *prometheus.Desc
 	// The scheduler's own figures (dispatch.Stats.Metrics).
 	cycles, placements, lastCycle, events, epoch *prometheus.Desc
+	preemptions, lostWork                        *prometheus.Desc
 }
 
 func newPoolCollector(s *dispatch.Scheduler, depth func() int) *poolCollector {
@@ -447,6 +453,10 @@ func newPoolCollector(s *dispatch.Scheduler, depth func() int) *poolCollector {
 		events: prometheus.NewDesc("computeboard_scheduler_events_total",
 			"Jobs requeued, lost, reassigned, and placements the ledger refused, in this scheduler term.", []string{"event"}, nil),
 		epoch: prometheus.NewDesc("computeboard_scheduler_epoch", "The fencing epoch of this scheduler's term.", nil, nil),
+		preemptions: prometheus.NewDesc("computeboard_scheduler_preemptions_total",
+			"Running jobs evicted to make room for more urgent ones (scheduler.preemption), in this scheduler term.", nil, nil),
+		lostWork: prometheus.NewDesc("computeboard_scheduler_preemption_lost_work_seconds_total",
+			"Run time of the evicted jobs thrown away by their evictions (since their starts), in this scheduler term.", nil, nil),
 	}
 }
 
@@ -455,7 +465,7 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.jobs
 	ch <- c.nodes
 	ch <- c.future
-	for _, d := range []*prometheus.Desc{c.cycles, c.placements, c.lastCycle, c.events, c.epoch} {
+	for _, d := range []*prometheus.Desc{c.cycles, c.placements, c.lastCycle, c.events, c.epoch, c.preemptions, c.lostWork} {
 		ch <- d
 	}
 }
@@ -477,6 +487,8 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.placements, prometheus.CounterValue, m["scheduler_placements"])
 	ch <- prometheus.MustNewConstMetric(c.lastCycle, prometheus.GaugeValue, m["scheduler_last_cycle_ms"]/1000)
 	ch <- prometheus.MustNewConstMetric(c.epoch, prometheus.GaugeValue, m["scheduler_epoch"])
+	ch <- prometheus.MustNewConstMetric(c.preemptions, prometheus.CounterValue, m["scheduler_preemptions"])
+	ch <- prometheus.MustNewConstMetric(c.lostWork, prometheus.CounterValue, m["scheduler_preemption_lost_work_s"])
 	for ev, k := range map[string]string{"requeued": "scheduler_requeued_jobs", "lost": "scheduler_lost_jobs",
 		"reassigned": "scheduler_reassigned", "ledger_refused": "scheduler_ledger_refusals"} {
 		ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, m[k], ev)

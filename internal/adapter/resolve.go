@@ -20,6 +20,10 @@ type Command struct {
 	// RequeueLost: the template lets the job run again when its node is
 	// lost with it running (at least once).
 	RequeueLost bool
+	// NonPreemptible and PreemptMode: the template's eviction settings
+	// (scheduler.preemption).
+	NonPreemptible bool
+	PreemptMode    string
 }
 
 // Resolve turns a request into a command, or a structured refusal. It is
@@ -69,6 +73,7 @@ func (c *Config) Resolve(req wire.Request) (Command, *wire.Error) {
 		maps.Copy(cmd.Env, req.Environment)
 		cmd.Timeout = t.Timeout.D()
 		cmd.RequeueLost = t.RequeueLost
+		cmd.NonPreemptible, cmd.PreemptMode = t.NonPreemptible, t.PreemptMode
 		cmd.User = c.userFor(t.RunAs, req.Account)
 	case len(req.Command) > 0:
 		entry, argv0, ok := c.allowed(req.Command[0])

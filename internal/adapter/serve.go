@@ -103,7 +103,7 @@ func serve(ctx context.Context, cfg *Config, logger *slog.Logger, stdout io.Writ
 	err = store.RegisterModule(ctx, blackboard.ModuleInfo{
 		Name: sourceCompute, Version: Version, Description: "computeboard: shared compute pool",
 		Capabilities:   blackboard.CapProducer | blackboard.CapConsumer,
-		TopicsProduced: []string{wire.TopicJob, wire.TopicJobStatus, wire.TopicResourceUtilization, wire.TopicMetrics},
+		TopicsProduced: []string{wire.TopicJob, wire.TopicJobStatus, wire.TopicResourceUtilization, wire.TopicMetrics, wire.TopicPreemption},
 		TopicsConsumed: []string{blackboard.RequestTopic},
 	})
 	if err != nil && !errors.Is(err, blackboard.ErrConflict) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/computeboard/computeboard/blackboard"
@@ -21,7 +22,9 @@ type publisher struct {
 	stats    func() dispatch.Stats
 	interval time.Duration
 	logger   *slog.Logger
-	changed  chan struct{} // one-slot wake-up: something changed
+	changed  chan struct{}          // one-slot wake-up: something changed
+	evicted  chan dispatch.Eviction // evictions to post (Evicted); full: dropped, counted
+	dropped  atomic.Int64
 
 	// Owned by the Run goroutine only.
 	lastUtil      map[string]float64
@@ -32,7 +35,7 @@ type publisher struct {
 
 func newPublisher(store *blackboard.Store, stats func() dispatch.Stats, interval time.Duration, logger *slog.Logger) *publisher {
 	return &publisher{store: store, stats: stats, interval: interval, logger: logger,
-		changed: make(chan struct{}, 1), lastCounts: [3]int{-1, -1, -1}}
+		changed: make(chan struct{}, 1), evicted: make(chan dispatch.Eviction, 256), lastCounts: [3]int{-1, -1, -1}}
 }
 
 // Notify asks for a publish soon; it never blocks.
@@ -40,6 +43,34 @@ func (p *publisher) Notify() {
 	select {
 	case p.changed <- struct{}{}:
 	default:
+	}
+}
+
+// Evicted queues a compute.preemption entry and event for ev; it never
+// blocks (past 256 waiting, evictions go unposted and are counted; the
+// metrics still count them).
+func (p *publisher) Evicted(ev dispatch.Eviction) {
+	select {
+	case p.evicted <- ev:
+	default:
+		p.dropped.Add(1)
+	}
+	p.Notify()
+}
+
+// postEvictions posts the queued evictions.
+func (p *publisher) postEvictions(ctx context.Context) {
+	for {
+		select {
+		case ev := <-p.evicted:
+			d := wire.PreemptionData{Victim: ev.JobID, Preemptor: ev.Preemptor, Node: ev.Node, Account: ev.Account, Priority: ev.Priority,
+				Policy: string(ev.Policy), Mode: string(ev.Mode), Reason: ev.Reason, LostWorkSeconds: ev.LostWork,
+				At: float64(ev.At.UnixNano()) / 1e9}
+			id := p.post(ctx, func() (wire.EntryFields, error) { return wire.PreemptionEntryFields(d), nil })
+			p.emit(ctx, wire.EventJobPreempted, wire.JobPreemptedEvent{PreemptionData: d, EntryID: id})
+		default:
+			return
+		}
 	}
 }
 
@@ -69,6 +100,7 @@ func (p *publisher) Run(ctx context.Context) error {
 // step publishes the entries whose content changed (or all of them when
 // force is set, the interval heartbeat).
 func (p *publisher) step(ctx context.Context, force bool) {
+	p.postEvictions(ctx)
 	s := p.stats()
 	if force || utilMoved(p.lastUtil, s.Utilization, 0.05) {
 		p.postUtilization(ctx, s.Utilization)
