@@ -46,7 +46,7 @@ import (
 const SkipEnv = "CB_SLURM_SKIP"
 
 // InstallHint is printed when a Slurm binary cannot be found.
-const InstallHint = "Slurm not found: install it with `sudo DEBIAN_FRONTEND=noninteractive apt-get install -y munge slurmctld slurmd slurm-client` " +
+const InstallHint = "slurm not found: install it with `sudo DEBIAN_FRONTEND=noninteractive apt-get install -y munge slurmctld slurmd slurm-client` " +
 	"(or run `make test`, which does it for you), or set " + SkipEnv + "=1 to skip the Slurm tests"
 
 // FakeGPUType is the GRES type of the fake GPUs a cluster offers
