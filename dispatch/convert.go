@@ -1,11 +1,13 @@
 package dispatch
 
 import (
+	"maps"
 	"math"
 	"time"
 
 	"github.com/computeboard/computeboard/engine"
 	"github.com/computeboard/computeboard/jobs"
+	"github.com/computeboard/computeboard/wire"
 )
 
 // EngineJob converts a job record to the engine's view; storage requests
@@ -35,6 +37,16 @@ func EngineJob(j jobs.Job, submitted time.Time, defaultTier string) engine.Job {
 		Request: req, GPUModel: r.GPUModel, MIGProfile: r.MIGProfile, StorageTier: r.StorageTier,
 		NodeSelector: j.Request.NodeSelector, NUMALocal: r.NUMALocal,
 		GangID: j.Request.GangID, GangSize: j.Request.GangSize,
+		Strategy: engine.Strategy(j.Request.Placement),
+	}
+	if p := j.Request.Provider; p != "" && ej.NodeSelector[wire.ProviderLabel] != p {
+		// The request's provider is one more selector pair: the nodes of
+		// other providers do not match it.
+		ej.NodeSelector = maps.Clone(ej.NodeSelector)
+		if ej.NodeSelector == nil {
+			ej.NodeSelector = map[string]string{}
+		}
+		ej.NodeSelector[wire.ProviderLabel] = p
 	}
 	if j.Request.Deadline > 0 {
 		ej.Deadline = epochTime(j.Request.Deadline)

@@ -107,10 +107,22 @@ func (s *Scheduler) Explain(id string) (Explained, bool) {
 	return Explained{Reason: "preempted", Message: ev.Reason, Preempted: preemptedView(ev)}, true
 }
 
-// explained is ExplanationJSON(e) with the job's latest eviction.
+// NodeProvider names the provider of a registered node ("" when the node
+// is unknown).
+func (s *Scheduler) NodeProvider(node string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.health[node].rec.Provider
+}
+
+// explained is ExplanationJSON(e) with the provider of the node it was
+// placed on and the job's latest eviction.
 func (s *Scheduler) explained(e engine.Explanation) Explained {
 	out := ExplanationJSON(e)
 	s.mu.Lock()
+	if e.Node != "" {
+		out.Provider = s.health[e.Node].rec.Provider
+	}
 	ev, ok := s.lastEvictionLocked(e.JobID)
 	s.mu.Unlock()
 	if ok {
@@ -132,9 +144,13 @@ type Explained struct {
 	DeadlineMiss bool     `json:"deadline_miss"`
 	Guaranteed   bool     `json:"guaranteed"`
 	Placed       bool     `json:"placed"`
-	Reason       string   `json:"reason,omitempty"`
-	Message      string   `json:"message,omitempty"`
-	EstStart     *float64 `json:"estimated_start"`
+	// Node is where the job was placed, Provider that node's provider
+	// (config providers; "local" or "fake" without).
+	Node     string   `json:"node,omitempty"`
+	Provider string   `json:"provider,omitempty"`
+	Reason   string   `json:"reason,omitempty"`
+	Message  string   `json:"message,omitempty"`
+	EstStart *float64 `json:"estimated_start"`
 	// Evicts are the running jobs evicted to make room for this job
 	// (placed by preemption); Preempted is this job's own latest
 	// eviction (within the last hour).
@@ -148,7 +164,7 @@ func ExplanationJSON(e engine.Explanation) Explained {
 	out := Explained{
 		Position: e.Position, Priority: round3(e.Priority), Level: f.Level, AgeHours: round3(f.AgeHours),
 		AgeTerm: round3(f.Age), FairShare: round3(f.FairShare), Urgency: round3(f.Urgency),
-		DeadlineMiss: f.DeadlineMiss, Guaranteed: f.Guaranteed, Placed: e.Placed,
+		DeadlineMiss: f.DeadlineMiss, Guaranteed: f.Guaranteed, Placed: e.Placed, Node: e.Node,
 		Reason: string(e.Reason), Message: e.Message, Evicts: e.Evicts,
 	}
 	if f.HasDeadline {

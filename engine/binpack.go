@@ -353,7 +353,9 @@ type nodeIndex struct {
 	maxS    []float64
 	maxU    []float64
 	feat    []uint64
+	price   []Price          // per subtree: the lowest price of each resource (Cheapest's bound); +Inf without a healthy node
 	scale   [NumDims]float64 // 1/largest capacity per dimension
+	mig     int              // compute slices of a full GPU (Policy.MIGSlices), to price MIG instances
 	ucount  []float64        // per node: 1/number of dimensions with capacity
 	models  map[string]int
 	mprof   map[string]int
@@ -366,8 +368,8 @@ const (
 	featProfile0 = 32 // bits 32..63: a free MIG instance of profile id
 )
 
-func newNodeIndex(nodes []nodeWork) *nodeIndex {
-	ix := &nodeIndex{models: map[string]int{}, mprof: map[string]int{}}
+func newNodeIndex(nodes []nodeWork, migSlices int) *nodeIndex {
+	ix := &nodeIndex{models: map[string]int{}, mprof: map[string]int{}, mig: max(migSlices, 1)}
 	ix.size = 1
 	for ix.size < len(nodes) {
 		ix.size *= 2
@@ -400,11 +402,13 @@ func newNodeIndex(nodes []nodeWork) *nodeIndex {
 	ix.maxS = make([]float64, n2)
 	ix.maxU = make([]float64, n2)
 	ix.feat = make([]uint64, n2)
+	ix.price = make([]Price, n2)
 	ix.ucount = make([]float64, len(nodes))
 	for i := range n2 {
 		ix.minS[i] = math.Inf(1)
 		ix.maxS[i] = math.Inf(-1)
 		ix.maxU[i] = math.Inf(-1)
+		ix.price[i] = noPrice
 	}
 	for i := range nodes {
 		c := 0
@@ -448,8 +452,10 @@ func (ix *nodeIndex) setLeaf(i int, nw *nodeWork) {
 		ix.maxFree[t] = Resources{}
 		ix.feat[t] = 0
 		ix.minS[t], ix.maxS[t], ix.maxU[t] = math.Inf(1), math.Inf(-1), math.Inf(-1)
+		ix.price[t] = noPrice
 		return
 	}
+	ix.price[t] = nw.node.Price
 	ix.maxFree[t] = nw.free
 	s := ix.freeScore(nw)
 	ix.minS[t], ix.maxS[t] = s, s
@@ -483,6 +489,31 @@ func (ix *nodeIndex) pull(t int) {
 	ix.maxS[t] = max(ix.maxS[l], ix.maxS[r])
 	ix.maxU[t] = max(ix.maxU[l], ix.maxU[r])
 	ix.feat[t] = ix.feat[l] | ix.feat[r]
+	pl, pr := &ix.price[l], &ix.price[r]
+	ix.price[t] = Price{CoreHour: min(pl.CoreHour, pr.CoreHour), GiBHour: min(pl.GiBHour, pr.GiBHour), GPUHour: min(pl.GPUHour, pr.GPUHour)}
+}
+
+// noPrice is the price bound of a subtree without a healthy node.
+var noPrice = Price{CoreHour: math.Inf(1), GiBHour: math.Inf(1), GPUHour: math.Inf(1)}
+
+// hourlyCost is what r costs per hour at price p (Cheapest's key). A
+// resource r does not ask for adds nothing, whatever its price (+Inf
+// included).
+func (ix *nodeIndex) hourlyCost(r *jobReq, p *Price) float64 {
+	c := 0.0
+	add := func(qty, price float64) {
+		if qty > 0 {
+			c += qty * price
+		}
+	}
+	add(float64(r.vec[DimCPU])/1000, p.CoreHour)
+	add(float64(r.vec[DimMemory])/1024, p.GiBHour)
+	gpus := float64(r.vec[DimGPU])
+	if r.nMIG > 0 {
+		gpus += float64(r.nMIG) * float64(MIGSlices(r.mig)) / float64(ix.mig)
+	}
+	add(gpus, p.GPUHour)
+	return c
 }
 
 // update refreshes node i after its free resources changed.
@@ -515,26 +546,36 @@ func (ix *nodeIndex) need(r *jobReq) (uint64, bool) {
 }
 
 type searchItem struct {
-	key float64
-	t   int
+	key, key2 float64 // the strategy's key, then its tie-breaker (Cheapest: the best-fit score)
+	t         int
 }
 
 func lessItem(a, b searchItem) bool {
-	return a.key < b.key || (a.key == b.key && a.t < b.t)
+	if a.key != b.key {
+		return a.key < b.key
+	}
+	if a.key2 != b.key2 {
+		return a.key2 < b.key2
+	}
+	return a.t < b.t
 }
 
-// bound is the best key any leaf under t can have for the strategy (lower is
-// better); leaves get their exact key.
-func (ix *nodeIndex) bound(t int, s Strategy) float64 {
+// bound is the best key (and tie-breaker) any leaf under t can have for
+// the strategy (lower is better, compared in that order); leaves get their
+// exact key. Cheapest's bound prices r at the subtree's lowest price of
+// each resource, and breaks ties as best-fit.
+func (ix *nodeIndex) bound(t int, s Strategy, r *jobReq) (float64, float64) {
 	switch s {
 	case FirstFit:
-		return 0 // ties broken by position: leftmost first
+		return 0, 0 // ties broken by position: leftmost first
 	case WorstFit, Balanced:
-		return -ix.maxS[t]
+		return -ix.maxS[t], 0
 	case MostAllocated:
-		return -ix.maxU[t]
+		return -ix.maxU[t], 0
+	case Cheapest:
+		return ix.hourlyCost(r, &ix.price[t]), ix.minS[t]
 	default: // BestFit
-		return ix.minS[t]
+		return ix.minS[t], 0
 	}
 }
 
@@ -546,6 +587,10 @@ func (ix *nodeIndex) bound(t int, s Strategy) float64 {
 const (
 	searchBudget       = 64
 	fallbackCandidates = 8
+	// cheapestBudget is Cheapest's: its bound (each resource at the
+	// subtree's lowest price, which may come from different nodes, some
+	// full) is looser, and "cheapest" is a promise worth more steps.
+	cheapestBudget = 4096
 )
 
 // search calls visit for fitting leaves in strategy order (best key first,
@@ -570,7 +615,8 @@ func (ix *nodeIndex) search(r *jobReq, s Strategy, from int, fits func(i int) bo
 			return
 		}
 		// Items compare by bound, then by leftmost leaf (node order).
-		it := searchItem{ix.bound(t, s), t | leftmost(t, ix.size)<<32}
+		k, k2 := ix.bound(t, s, r)
+		it := searchItem{k, k2, t | leftmost(t, ix.size)<<32}
 		h = append(h, it)
 		for c := len(h) - 1; c > 0; {
 			p := (c - 1) / 2
@@ -604,8 +650,12 @@ func (ix *nodeIndex) search(r *jobReq, s Strategy, from int, fits func(i int) bo
 		return top
 	}
 	push(1)
+	budget := searchBudget
+	if s == Cheapest {
+		budget = cheapestBudget
+	}
 	for steps := 0; len(h) > 0; steps++ {
-		if steps == searchBudget {
+		if steps == budget {
 			// Fall back: the best of the first fitting nodes in index order.
 			var cands []int
 			ix.walk(r, need, from, fits, func(i int) bool {
@@ -613,7 +663,9 @@ func (ix *nodeIndex) search(r *jobReq, s Strategy, from int, fits func(i int) bo
 				return len(cands) >= fallbackCandidates
 			})
 			slices.SortStableFunc(cands, func(a, b int) int {
-				return cmp.Compare(ix.bound(ix.size+a, s), ix.bound(ix.size+b, s))
+				ka, ka2 := ix.bound(ix.size+a, s, r)
+				kb, kb2 := ix.bound(ix.size+b, s, r)
+				return cmp.Or(cmp.Compare(ka, kb), cmp.Compare(ka2, kb2))
 			})
 			for _, i := range cands {
 				if visit(i) {

@@ -121,7 +121,7 @@ func NewLedger() *Ledger {
 // SetNode adds a node, or replaces a node's inventory while keeping its
 // allocations. The inventory is n's Name, Labels, Capacity, GPUs (with MIG
 // instances), NUMA domains (CPU and Memory are the domain's capacity; CPUs
-// its CPU IDs, if known: in all domains or none) and Unhealthy; n.Allocated
+// its CPU IDs, if known: in all domains or none), Cost, Price and Unhealthy; n.Allocated
 // and the InUse flags are ignored (the ledger's allocations are the use;
 // leave out of the inventory whatever the pool may not use). A node that shrank below its allocations
 // is over-committed, not an error: it gets no new placements until enough
@@ -737,6 +737,7 @@ func (ln *ledgerNode) fill(n *Node, deep bool) {
 	n.Capacity = inv.Capacity
 	n.Allocated = ln.alloc
 	n.Unhealthy = inv.Unhealthy
+	n.Cost, n.Price = inv.Cost, inv.Price
 	n.Labels = inv.Labels
 	if deep {
 		n.Labels = maps.Clone(inv.Labels)

@@ -655,7 +655,7 @@ func checkLedgerAgreement(t *testing.T, seed uint64, cpuIDs bool) (applied, refu
 			next++
 		}
 		snap := engine.Snapshot{Now: now, Seed: seed + uint64(cycle), Nodes: l.Snapshot(), Pending: pending}
-		strats := []engine.Strategy{engine.BestFit, engine.FirstFit, engine.WorstFit, engine.Balanced, engine.MostAllocated}
+		strats := []engine.Strategy{engine.BestFit, engine.FirstFit, engine.WorstFit, engine.Balanced, engine.MostAllocated, engine.Cheapest}
 		snap.Policy.Strategy = strats[int(seed+uint64(cycle))%len(strats)]
 		for _, a := range l.Allocations() {
 			snap.Running = append(snap.Running, a.Running())

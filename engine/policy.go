@@ -100,7 +100,7 @@ func (p *Policy) strategyFor(j *Job) Strategy {
 
 func validStrategy(s Strategy) bool {
 	switch s {
-	case BestFit, FirstFit, WorstFit, Balanced, MostAllocated:
+	case BestFit, FirstFit, WorstFit, Balanced, MostAllocated, Cheapest:
 		return true
 	}
 	return false

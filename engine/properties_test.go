@@ -22,8 +22,14 @@ func genSnap(seed uint64) engine.Snapshot {
 	snap := et.Generate(et.GenConfig{Seed: seed, Nodes: nodes, Pending: 5 + int(seed*7%120), Running: int(seed * 3 % 40), Accounts: 1 + int(seed%5)})
 	sels := []engine.Selection{engine.SelectPriority, engine.SelectProportional, engine.SelectLottery, engine.SelectWFQ, engine.SelectDRR, engine.SelectDRF}
 	snap.Policy.Selection = sels[seed%uint64(len(sels))]
-	strats := []engine.Strategy{engine.BestFit, engine.FirstFit, engine.WorstFit, engine.Balanced, engine.MostAllocated}
+	strats := []engine.Strategy{engine.BestFit, engine.FirstFit, engine.WorstFit, engine.Balanced, engine.MostAllocated, engine.Cheapest}
 	snap.Policy.Strategy = strats[seed/7%uint64(len(strats))]
+	if snap.Policy.Strategy == engine.Cheapest {
+		for i := range snap.Nodes {
+			k := float64((seed + uint64(i)*5) % 4)
+			snap.Nodes[i].Price = engine.Price{CoreHour: 0.01 * (1 + k), GiBHour: 0.002 * (4 - k), GPUHour: 1 + k}
+		}
+	}
 	if seed%11 == 0 {
 		snap.Policy.NoBackfill = true
 	}

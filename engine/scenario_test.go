@@ -23,7 +23,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of engine
 //	policy   key=value…            (selection, strategy, fairshare, deadline, order (deadline order), backfill=off, sharecap, quantum, maxage, aging=off, weights=L/A/F/D, halflife, pool.<name>=<strategy>;
 //	                                preemption: preempt=<policy>, preempt.pool.<name>=<policy>, preempt.minrun, preempt.cooldown, preempt.budget, preempt.acctbudget, preempt.maxvictims, preempt.mode, preempt.weights=P/F/D/R/C)
 //	account  <name> shares=N parent=P quota=<res> guaranteed=<res>
-//	node     <name> cpu=8 mem=32 gpus=<model>x<n>:<GiB> mig=<model>:<GiB>:<p1>+<p2> nvme=… ssd=… hdd=… net=… numa=N label=k=v unhealthy alloc=<res> cost=C
+//	node     <name> cpu=8 mem=32 gpus=<model>x<n>:<GiB> mig=<model>:<GiB>:<p1>+<p2> nvme=… ssd=… hdd=… net=… numa=N label=k=v unhealthy alloc=<res> cost=C price=<core-hour>/<GiB-hour>/<GPU-hour>
 //	job      <id> account=a prio=N cpu=… mem=… gpu=N gpumem=GiB model=M mig=<profile>[xN] tier=<t>:<GiB> net=… sel=k=v numa strategy=S gang=<id>/<size> est=1h limit=2h submitted=-10m deadline=+2h nopreempt mode=<eviction mode> modes=<m1>+<m2>
 //	running  <id> node=N started=-30m ckpt=-5m (plus job keys)
 //	advance  <duration>            move Now forward
@@ -490,6 +490,7 @@ func parseRes(s string) (engine.Resources, error) {
 func parseNode(args []string) (engine.Node, error) {
 	b := et.Node(args[0])
 	cost := 0.0
+	var price engine.Price
 	numa := 0
 	for _, kv := range args[1:] {
 		k, v, _ := strings.Cut(kv, "=")
@@ -526,6 +527,17 @@ func parseNode(args []string) (engine.Node, error) {
 				return engine.Node{}, err
 			}
 			cost = c
+		case "price": // per core-hour / GiB-hour / GPU-hour
+			var err error
+			ps := strings.Split(v, "/")
+			if len(ps) != 3 {
+				return engine.Node{}, fmt.Errorf("node: price %q: want core/gib/gpu", v)
+			}
+			for i, f := range []*float64{&price.CoreHour, &price.GiBHour, &price.GPUHour} {
+				if *f, err = strconv.ParseFloat(ps[i], 64); err != nil {
+					return engine.Node{}, err
+				}
+			}
 		case "alloc":
 			r, err := parseRes(v)
 			if err != nil {
@@ -540,7 +552,7 @@ func parseNode(args []string) (engine.Node, error) {
 		b.NUMA(numa)
 	}
 	n := b.Obj()
-	n.Cost = cost
+	n.Cost, n.Price = cost, price
 	return n, nil
 }
 

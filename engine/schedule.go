@@ -136,7 +136,7 @@ func newCycle(st State, snap *Snapshot) *cycle {
 			c.total = c.total.Add(n.Capacity)
 		}
 	}
-	c.ix = newNodeIndex(c.nodes)
+	c.ix = newNodeIndex(c.nodes, c.p.MIGSlices)
 	c.failShape = map[shapeKey]*Rejection{}
 	c.analyzed = map[shapeKey]*Rejection{}
 	c.cursor = map[shapeKey]int{}

@@ -33,6 +33,18 @@ type Node struct {
 	// unit-hour, e.g. its provider's price); cost-based preemption weighs
 	// the work an eviction loses by it. 0 = 1.
 	Cost float64 `json:",omitempty"`
+	// Price is what the node's resources cost per hour (its provider's
+	// price list). The Cheapest strategy places a job on the fitting node
+	// where its request costs least. The zero value prices everything at 0.
+	Price Price `json:",omitzero"`
+}
+
+// Price is a price list per resource-hour, in any currency (the same for
+// every node of a pool).
+type Price struct {
+	CoreHour float64 `json:",omitempty"` // one CPU core for an hour
+	GiBHour  float64 `json:",omitempty"` // one GiB of memory for an hour
+	GPUHour  float64 `json:",omitempty"` // one whole GPU for an hour; a MIG instance costs its share of the GPU's compute slices
 }
 
 // Free returns Capacity − Allocated, with negative components clamped to 0.
@@ -183,6 +195,7 @@ const (
 	WorstFit      Strategy = "worst-fit"      // spread: the fitting node with the most free capacity
 	Balanced      Strategy = "balanced"       // the fitting node whose utilisation is most even across dimensions afterwards
 	MostAllocated Strategy = "most-allocated" // bin-pack: the fitting node with the highest utilisation
+	Cheapest      Strategy = "cheapest"       // the fitting node where the job's request costs least per hour (Node.Price); ties by best-fit, then node order
 )
 
 // Selection names the algorithm that interleaves accounts.

@@ -19,6 +19,16 @@ type Node struct {
 	Storage     map[string]int64  `json:"storage_gib,omitempty"` // GiB per tier (engine.TierNVMe, TierSSD, TierHDD)
 	NUMA        []NUMADomain      `json:"numa,omitempty"`        // in ID order; empty = one domain (no NUMA information)
 	GPUs        []GPU             `json:"gpus,omitempty"`        // in discovery order (NVML index), then declared ones
+	// Price is what the node's resources cost per hour: its provider's
+	// price list (adapter config providers[].cost); zero = free.
+	Price Price `json:"price,omitzero"`
+}
+
+// Price is a price list per resource-hour.
+type Price struct {
+	CoreHour float64 `json:"core_hour,omitempty"` // one CPU core
+	GiBHour  float64 `json:"gib_hour,omitempty"`  // one GiB of memory
+	GPUHour  float64 `json:"gpu_hour,omitempty"`  // one whole GPU
 }
 
 // NUMADomain is one NUMA node with CPUs this process may use. Memory-only
@@ -71,8 +81,13 @@ func (g *GPU) Usable() bool { return !g.MIGMode || len(g.MIG) > 0 }
 //   - NUMA domains as free CPU (millicores) and memory (MiB), all free.
 //
 // GPUs that cannot be used (MIG mode with no instances) are left out.
+// A priced node gets its Price, and as its Cost (what cost-based
+// preemption weighs lost work by) the price of its whole capacity per
+// billing unit of it (engine.DefaultPolicy's billing: a core 1, a GiB
+// 0.25, a GPU 8), so the same job costs more on a dearer node.
 func (n *Node) Engine() engine.Node {
-	en := engine.Node{Name: n.Name, Labels: maps.Clone(n.Labels)}
+	en := engine.Node{Name: n.Name, Labels: maps.Clone(n.Labels),
+		Price: engine.Price{CoreHour: n.Price.CoreHour, GiBHour: n.Price.GiBHour, GPUHour: n.Price.GPUHour}}
 	en.Capacity[engine.DimCPU] = millicores(n.CPUs)
 	en.Capacity[engine.DimMemory] = n.MemoryMiB
 	en.Capacity[engine.DimNetwork] = n.NetworkMbps
@@ -110,6 +125,13 @@ func (n *Node) Engine() engine.Node {
 			dom.CPUs = slices.Clone(d.CPUs)
 		}
 		en.NUMA = append(en.NUMA, dom)
+	}
+	if n.Price != (Price{}) {
+		gpus := float64(len(n.GPUs))
+		price := n.Price.CoreHour*n.CPUs + n.Price.GiBHour*float64(n.MemoryMiB)/1024 + n.Price.GPUHour*gpus
+		if units := n.CPUs + 0.25*float64(n.MemoryMiB)/1024 + 8*gpus; units > 0 {
+			en.Cost = price / units
+		}
 	}
 	return en
 }

@@ -128,6 +128,8 @@ const (
 	setDeadline
 	setGangID
 	setGangSize
+	setProvider
+	setPlacement
 )
 
 // fieldBit is the bit of a field path ("resource_requirements.memory"); 0
@@ -156,6 +158,10 @@ func fieldBit(path string) fieldSet {
 		return setGangID
 	case "gang_size":
 		return setGangSize
+	case "provider":
+		return setProvider
+	case "placement":
+		return setPlacement
 	}
 	return 0
 }
@@ -176,6 +182,8 @@ func checkExplicit(r *Request, set fieldSet) *Error {
 		{"idempotency_key", setIdempotencyKey, r.IdempotencyKey == ""},
 		{"gang_id", setGangID, r.GangID == ""},
 		{"gang_size", setGangSize, r.GangSize == 0},
+		{"provider", setProvider, r.Provider == ""},
+		{"placement", setPlacement, r.Placement == ""},
 	}
 	for _, f := range empty {
 		if set&f.bit != 0 && f.zero {

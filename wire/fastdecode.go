@@ -124,6 +124,14 @@ func (p *fparser) requestMember(key string, r *Request, set *fieldSet) (uint32, 
 		r.GangSize, ok = p.Int()
 		*set |= setGangSize
 		return 1 << 16, ok
+	case "provider":
+		r.Provider, ok = p.PlainString()
+		*set |= setProvider
+		return 1 << 18, ok
+	case "placement":
+		r.Placement, ok = p.PlainString()
+		*set |= setPlacement
+		return 1 << 19, ok
 	case "payload":
 		start := p.Pos
 		if !p.value(1) {

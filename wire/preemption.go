@@ -13,7 +13,8 @@ type PreemptionData struct {
 	Victim    string `json:"victim"`    // job id
 	Preemptor string `json:"preemptor"` // job id
 	Node      string `json:"node"`
-	Account   string `json:"account"` // the victim's
+	Provider  string `json:"provider"` // the node's provider ("" = unknown)
+	Account   string `json:"account"`  // the victim's
 	Priority  int    `json:"priority"`
 	Policy    string `json:"policy"` // priority, fair-share, deadline-aware, resource-based, cost-based, hybrid
 	// Mode is what becomes of the victim: cancel (it ends cancelled,

@@ -77,6 +77,13 @@ type Request struct {
 	NodeSelector      map[string]string `json:"node_selector,omitempty"`      // node labels that must all match
 	GangID            string            `json:"gang_id,omitempty"`            // jobs sharing a GangID start together
 	GangSize          int               `json:"gang_size,omitempty"`          // members of the gang; set with GangID
+	// Provider names the provider (adapter config `providers:`) whose
+	// nodes may run the job: the node selector ProviderLabel=Provider.
+	Provider string `json:"provider,omitempty"`
+	// Placement chooses among the nodes that fit: one of Placements
+	// ("cheapest": where the request costs least per hour at its
+	// provider's prices); "" = the scheduler's default.
+	Placement string `json:"placement,omitempty"`
 	// Payload is any JSON, written for the job to the file named by
 	// $COMPUTEBOARD_PAYLOAD. It is held in encoding/json's compact form; nil = none.
 	Payload json.RawMessage `json:"payload,omitempty"`
@@ -96,6 +103,13 @@ type Resources struct {
 	NetworkMbps float64 `json:"network_bandwidth,omitempty"` // Mbps
 	NUMALocal   bool    `json:"numa_local,omitempty"`        // keep CPUs, memory and GPUs on one NUMA node
 }
+
+// ProviderLabel is the node label naming a node's provider; a request's
+// provider is the node selector ProviderLabel=provider.
+const ProviderLabel = "provider"
+
+// Placements are the values of placement: the engine's strategies.
+var Placements = []string{"best-fit", "first-fit", "worst-fit", "balanced", "most-allocated", "cheapest"}
 
 // Storage tiers.
 const (
@@ -210,6 +224,17 @@ func (r *Request) Validate() *Error {
 	}
 	if e := checkSelector(r.NodeSelector); e != nil {
 		return e
+	}
+	if r.Provider != "" {
+		if e := checkIdent("provider", r.Provider); e != nil {
+			return e
+		}
+		if v, ok := r.NodeSelector[ProviderLabel]; ok && v != r.Provider {
+			return errorf(CodeInvalidValue, "provider", "%q contradicts node_selector.%s %q", r.Provider, ProviderLabel, v)
+		}
+	}
+	if r.Placement != "" && !slices.Contains(Placements, r.Placement) {
+		return errorf(CodeInvalidValue, "placement", "%q is not one of %s", r.Placement, strings.Join(Placements, ", "))
 	}
 	switch {
 	case r.GangID == "" && r.GangSize != 0:

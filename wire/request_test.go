@@ -119,6 +119,12 @@ var errorCases = map[string]struct {
 	"zero gang size":            {`{"template":"x","gang_id":"g","gang_size":0}`, &Error{Code: CodeInvalidValue, Field: "gang_size"}},
 	"gang too large":            {`{"template":"x","gang_id":"g","gang_size":1025}`, &Error{Code: CodeInvalidValue, Field: "gang_size"}},
 	"empty node label":          {`{"template":"x","node_selector":{"":"a"}}`, &Error{Code: CodeInvalidValue, Field: "node_selector."}},
+	"empty provider":            {`{"template":"x","provider":""}`, &Error{Code: CodeInvalidValue, Field: "provider"}},
+	"provider not a name":       {`{"template":"x","provider":"a b"}`, &Error{Code: CodeInvalidValue, Field: "provider"}},
+	"provider vs selector":      {`{"template":"x","provider":"hpc","node_selector":{"provider":"local"}}`, &Error{Code: CodeInvalidValue, Field: "provider"}},
+	"unknown placement":         {`{"template":"x","placement":"random"}`, &Error{Code: CodeInvalidValue, Field: "placement"}},
+	"empty placement":           {`{"template":"x","placement":""}`, &Error{Code: CodeInvalidValue, Field: "placement"}},
+	"provider number":           {`{"template":"x","provider":1}`, &Error{Code: CodeWrongType, Field: "provider"}},
 
 	// payload_too_large
 	"data over 64 KiB": {`{"template":"x","payload":"` + strings.Repeat("a", MaxDataBytes) + `"}`, &Error{Code: CodePayloadTooLarge}},
@@ -250,13 +256,13 @@ var validCases = map[string]struct {
 		data: `{"version":1,"name":"train step","template":"torch-train","arguments":["--epochs","3"],"environment":{"SEED":"7"},
 			"resource_requirements":{"cpu_cores":8,"memory":64,"gpu_count":2,"gpu_memory":80,"gpu_model":"H100","mig_profile":"3g.40gb","storage":100,"storage_tier":"nvme","network_bandwidth":10000,"numa_local":true},
 			"priority":9,"account":"training","deadline":1767229200.5,"estimated_duration":600,"timeout":3600,"max_retries":2,"idempotency_key":"step-42",
-			"node_selector":{"zone":"a"},"gang_id":"g42","gang_size":2,"payload":{"lr": 0.001, "tags": ["<a>"]}}`,
+			"node_selector":{"zone":"a"},"gang_id":"g42","gang_size":2,"provider":"hpc","placement":"cheapest","payload":{"lr": 0.001, "tags": ["<a>"]}}`,
 		in: testEntry,
 		want: Request{
 			Version: 1, Name: "train step", Template: "torch-train", Arguments: []string{"--epochs", "3"}, Environment: map[string]string{"SEED": "7"},
 			Resources: Resources{CPUCores: 8, MemoryGB: 64, GPUCount: 2, GPUMemoryGB: 80, GPUModel: "H100", MIGProfile: "3g.40gb", StorageGB: 100, StorageTier: "nvme", NetworkMbps: 10000, NUMALocal: true},
 			Priority:  9, Account: "training", Deadline: 1767229200.5, EstimatedDuration: 600, Timeout: 3600, MaxRetries: 2, IdempotencyKey: "step-42",
-			NodeSelector: map[string]string{"zone": "a"}, GangID: "g42", GangSize: 2, Payload: json.RawMessage(`{"lr":0.001,"tags":["\u003ca\u003e"]}`),
+			NodeSelector: map[string]string{"zone": "a"}, GangID: "g42", GangSize: 2, Provider: "hpc", Placement: "cheapest", Payload: json.RawMessage(`{"lr":0.001,"tags":["\u003ca\u003e"]}`),
 		},
 	},
 	"empty collections and null payload normalize to nil": {

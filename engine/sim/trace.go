@@ -496,7 +496,7 @@ func validSelection(s string) bool {
 
 func validStrategy(s string) bool {
 	switch engine.Strategy(s) {
-	case "", engine.BestFit, engine.FirstFit, engine.WorstFit, engine.Balanced, engine.MostAllocated:
+	case "", engine.BestFit, engine.FirstFit, engine.WorstFit, engine.Balanced, engine.MostAllocated, engine.Cheapest:
 		return true
 	}
 	return false

@@ -21,6 +21,7 @@ import (
 	"github.com/computeboard/computeboard/engine/sim"
 	"github.com/computeboard/computeboard/internal/clock"
 	"github.com/computeboard/computeboard/jobs"
+	"github.com/computeboard/computeboard/pool"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -406,7 +407,17 @@ func runJobs(ctx context.Context, args []string, getenv func(string) string, std
 			return show(j)
 		}
 		if j.Status != wire.JobQueued {
-			fmt.Fprintf(stdout, "job %s is %s, not pending; its last explanation:\n", j.JobID, j.Status)
+			where := ""
+			if j.Node != "" {
+				where = " on node " + j.Node
+				// The node's provider, from the registry (while the node
+				// is registered).
+				var rec pool.NodeRecord
+				if v, err := rdb.HGet(ctx, store.Keys().PoolNodes(), j.Node).Result(); err == nil && json.Unmarshal([]byte(v), &rec) == nil && rec.Provider != "" {
+					where += " (provider " + rec.Provider + ")"
+				}
+			}
+			fmt.Fprintf(stdout, "job %s is %s%s, not pending; its last explanation:\n", j.JobID, j.Status, where)
 			return show(j.Explanation)
 		}
 		var live bytes.Buffer

@@ -97,12 +97,19 @@ type Config struct {
 	SupervisorPerTask bool `yaml:"supervisor_per_task"`
 
 	// Node describes this adapter's node (zero values are discovered;
-	// GPUs through NVML, or declared by hand).
-	Node      inventory.Config `yaml:"node"`
-	Pool      PoolConfig       `yaml:"pool"`
-	Scheduler SchedulerConfig  `yaml:"scheduler"`
-	Telemetry TelemetryConfig  `yaml:"telemetry"`
-	Broker    BrokerConfig     `yaml:"broker"`
+	// GPUs through NVML, or declared by hand): the node of the local
+	// provider.
+	Node inventory.Config `yaml:"node"`
+	// Providers lists the providers whose nodes this adapter's agent
+	// serves, by name (see ProviderConfig): this machine (local), a Slurm
+	// partition's nodes (slurm), fake nodes. Empty: this machine alone as
+	// provider "local", or pool.fake_nodes as provider "fake".
+	Providers []ProviderConfig `yaml:"providers"`
+
+	Pool      PoolConfig      `yaml:"pool"`
+	Scheduler SchedulerConfig `yaml:"scheduler"`
+	Telemetry TelemetryConfig `yaml:"telemetry"`
+	Broker    BrokerConfig    `yaml:"broker"`
 	// Accounts sets fair-share shares (default: one account per module,
 	// share 1).
 	Accounts []AccountConfig `yaml:"accounts"`
@@ -202,7 +209,8 @@ type SchedulerConfig struct {
 	// proportional, lottery, wfq, drr or drf.
 	FairShare string `yaml:"fair_share"`
 	// Placement strategy: best-fit, first-fit, worst-fit, balanced,
-	// most-allocated (default best-fit).
+	// most-allocated, cheapest (providers[].cost; default best-fit). A
+	// request's placement overrides it.
 	Placement string `yaml:"placement"`
 	// MaxPending bounds the accepted jobs waiting in the engine (default
 	// 10000). Beyond it the adapter stops taking requests from the inbox,
@@ -557,6 +565,9 @@ func (c *Config) fill(getenv func(string) string) error {
 	if err := c.fillPool(); err != nil {
 		return err
 	}
+	if err := c.fillProviders(); err != nil {
+		return err
+	}
 	if c.Scheduler.Interval == 0 {
 		c.Scheduler.Interval = Duration(200 * time.Millisecond)
 	}
@@ -566,9 +577,9 @@ func (c *Config) fill(getenv func(string) string) error {
 		return fmt.Errorf("scheduler.fair_share %q: want priority, proportional, lottery, wfq, drr or drf", c.Scheduler.FairShare)
 	}
 	switch c.Scheduler.Placement {
-	case "", "best-fit", "first-fit", "worst-fit", "balanced", "most-allocated":
+	case "", "best-fit", "first-fit", "worst-fit", "balanced", "most-allocated", "cheapest":
 	default:
-		return fmt.Errorf("scheduler.placement %q: want best-fit, first-fit, worst-fit, balanced or most-allocated", c.Scheduler.Placement)
+		return fmt.Errorf("scheduler.placement %q: want best-fit, first-fit, worst-fit, balanced, most-allocated or cheapest", c.Scheduler.Placement)
 	}
 	if c.Scheduler.NodeTimeout == 0 {
 		c.Scheduler.NodeTimeout = Duration(5 * time.Minute)
@@ -750,11 +761,20 @@ func (c *Config) fillPool() error {
 		}
 	}
 	f := &p.FakeNodes
-	if f.Count < 0 {
-		return fmt.Errorf("pool.fake_nodes.count %d: want 0 or more", f.Count)
-	}
 	if f.Prefix == "" {
 		f.Prefix = "fake"
+	}
+	if err := fillFake(f); err != nil {
+		return fmt.Errorf("pool.fake_nodes: %w", err)
+	}
+	return nil
+}
+
+// fillFake checks fake nodes' shape and fills its defaults (but the
+// prefix's).
+func fillFake(f *FakeNodesConfig) error {
+	if f.Count < 0 {
+		return fmt.Errorf("count %d: want 0 or more", f.Count)
 	}
 	if f.Node.CPUCores == 0 {
 		f.Node.CPUCores = 8
@@ -764,7 +784,7 @@ func (c *Config) fillPool() error {
 	}
 	f.Node.GPUDiscovery = inventory.DiscoverOff
 	if err := f.Node.Validate(); err != nil {
-		return fmt.Errorf("pool.fake_nodes.node: %w", err)
+		return fmt.Errorf("node: %w", err)
 	}
 	if f.Duration == 0 {
 		f.Duration = Duration(time.Second)

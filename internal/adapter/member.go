@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -32,7 +33,6 @@ import (
 	"github.com/computeboard/computeboard/pool"
 	"github.com/computeboard/computeboard/providers"
 	"github.com/computeboard/computeboard/providers/fake"
-	"github.com/computeboard/computeboard/providers/local"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -47,9 +47,12 @@ type poolMember struct {
 	channel  *pool.Channel
 	elector  *pool.Elector // nil: not a scheduler candidate
 	agent    *agent.Agent  // nil: not an agent
-	clk      clock.Clock
-	log      *slog.Logger
-	url      string // this adapter's HTTP API ("" = none)
+	// providers are the agent's providers by name (config providers);
+	// set once by buildAgent, before the agent runs.
+	providers map[string]providers.Provider
+	clk       clock.Clock
+	log       *slog.Logger
+	url       string // this adapter's HTTP API ("" = none)
 
 	term atomic.Pointer[term] // the scheduler term this adapter runs now, if any
 }
@@ -72,62 +75,59 @@ func candidateID() string {
 	return fmt.Sprintf("%s-%d-%s", h, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
-// buildAgent builds this adapter's node agent: the machine it runs on
-// (local provider), or fake nodes.
+// buildAgent builds this adapter's node agent over the nodes of its
+// providers (buildProviders): the machine it runs on (local provider),
+// fake nodes, a Slurm partition's nodes.
 func (p *poolMember) buildAgent(ctx context.Context, g *errgroup.Group, gctx context.Context) (*agent.Agent, string, error) {
 	cfg := p.cfg
 	var nodes []agent.Node
-	var desc, id string
-	if fn := cfg.Pool.FakeNodes; fn.Count > 0 {
-		// FAKE nodes: nothing runs (see providers/fake).
-		prov := fake.New("fake", p.clk, fn.Duration.D())
-		for i := range fn.Count {
-			shape := fn.Node
-			shape.Name = fmt.Sprintf("%s-%04d", fn.Prefix, i+1)
-			n, err := inventory.Build(inventory.Node{}, shape)
-			if err != nil {
-				return nil, "", fmt.Errorf("pool.fake_nodes: %w", err)
-			}
-			nodes = append(nodes, agent.Node{Record: pool.NodeRecord{Node: n, Provider: "fake", Fake: true}, Provider: prov})
-		}
-		id = "fake-" + fn.Prefix
-		desc = fmt.Sprintf("%d fake nodes %s-0001…: %.1f cores, %.1f GiB, %d GPUs each (nothing runs)",
-			fn.Count, fn.Prefix, nodes[0].Record.CPUs, float64(nodes[0].Record.MemoryMiB)/1024, len(nodes[0].Record.GPUs))
-	} else {
-		n, err := inventory.Local(ctx, cfg.Node, inventory.Options{Logger: p.log.With("component", "inventory")})
-		if err != nil {
-			return nil, "", err
-		}
-		// Each local task runs under a supervisor that records its outcome
-		// even if the adapter dies meanwhile.
-		self, err := os.Executable()
-		if err != nil {
-			return nil, "", fmt.Errorf("find own executable for the task supervisor: %w", err)
-		}
-		exe := supervisorPath(cfg.Supervisor, self, p.log)
-		// Jobs run as cfg.RunAs (a task's template, allowlist entry or
-		// account may name another user); as root the default is "nobody".
-		prov, err := local.New(local.Config{WorkDir: cfg.WorkDir, Logger: p.log, Clock: p.clk, Env: baseEnv(), SupervisorPath: exe,
-			SupervisorServer: !cfg.SupervisorPerTask, User: cfg.RunAs, AllowRoot: cfg.AllowRoot, MaxOutputBytes: int64(cfg.MaxOutputMB) << 20})
-		if err != nil {
-			return nil, "", err
-		}
-		g.Go(func() error {
-			return pruneTaskDirs(gctx, prov, p.clk, cfg.Retention.D(), p.log.With("component", "retention"))
-		})
-		rec := pool.NodeRecord{Node: n, Provider: "local", Confined: prov.Confinement().Names()}
-		nodes = append(nodes, agent.Node{Record: rec, Provider: prov})
-		id = n.Name
-		desc = fmt.Sprintf("node %s: %.1f cores, %.1f GiB, %d GPUs, %d NUMA domains; confined: %v",
-			n.Name, n.CPUs, float64(n.MemoryMiB)/1024, len(n.GPUs), len(n.NUMA), rec.Confined)
+	var err error
+	if len(cfg.Providers) > 0 && cfg.Pool.FakeNodes.Count > 0 {
+		return nil, "", errors.New("pool.fake_nodes (or --fake-nodes) and providers: list fake nodes as a provider of kind fake instead")
 	}
+	p.providers, nodes, err = cfg.buildProviders(ctx, providerDeps{clk: p.clk, log: p.log, goRun: errgroupRun(gctx, g)})
+	if err != nil {
+		return nil, "", err
+	}
+	id := cfg.agentID(nodes)
 	for i := range nodes {
 		nodes[i].Record.Agent = id
+	}
+	var descs []string
+	for _, pc := range cfg.providerList() {
+		var ns []*pool.NodeRecord
+		for i := range nodes {
+			if nodes[i].Record.Provider == pc.Name {
+				ns = append(ns, &nodes[i].Record)
+			}
+		}
+		descs = append(descs, describeNodes(pc, ns))
 	}
 	ag, err := agent.New(agent.Config{ID: id, Nodes: nodes, Resolve: p.agentResolve, Jobs: p.jobs,
 		Channel: p.channel, Registry: p.registry, Beat: cfg.Pool.Heartbeat.D(), Clock: p.clk,
 		Logger: p.log.With("component", "agent")})
-	return ag, desc, err
+	return ag, strings.Join(descs, "; "), err
+}
+
+// describeNodes is the start-up line about one provider's nodes.
+func describeNodes(pc ProviderConfig, ns []*pool.NodeRecord) string {
+	if len(ns) == 0 {
+		return fmt.Sprintf("provider %s (%s): no nodes", pc.Name, pc.Kind)
+	}
+	n := ns[0]
+	switch pc.Kind {
+	case KindFake:
+		return fmt.Sprintf("%d fake nodes %s…: %.1f cores, %.1f GiB, %d GPUs each (nothing runs)",
+			len(ns), n.Name, n.CPUs, float64(n.MemoryMiB)/1024, len(n.GPUs))
+	case KindSlurm:
+		names := make([]string, len(ns))
+		for i, r := range ns {
+			names[i] = r.Name
+		}
+		return fmt.Sprintf("provider %s (slurm): nodes %s", pc.Name, strings.Join(names, ","))
+	}
+	return fmt.Sprintf("node %s: %.1f cores, %.1f GiB, %d GPUs, %d NUMA domains; confined: %v",
+		n.Name, n.CPUs, float64(n.MemoryMiB)/1024, len(n.GPUs), len(n.NUMA), n.Confined)
 }
 
 // supervisorPath finds the binary local tasks' supervisors run, and logs
@@ -240,6 +240,7 @@ func (p *poolMember) runTerm(ctx context.Context, l pool.Leader) error {
 	}
 	reg.MustRegister(newPoolCollector(sched, func() int { return br.Inbox().Len() }))
 	pub = newPublisher(p.store, func() dispatch.Stats { return sched.Stats(br.Inbox().Len()) }, cfg.Telemetry.Interval.D(), log.With("component", "telemetry"))
+	pub.provider = sched.NodeProvider
 
 	p.term.Store(&term{epoch: l.Epoch, br: br, sched: sched, reg: reg})
 	defer p.term.Store(nil)
@@ -278,7 +279,14 @@ func admissionCheck(cfg *Config, feasible func(engine.Job) *engine.Rejection) fu
 		j := jobs.Job{Request: req}
 		j.Account, j.Priority = req.Account, req.Priority
 		if rej := feasible(dispatch.EngineJob(j, time.Time{}, cfg.storageTier())); rej != nil {
-			return &wire.Error{Code: wire.CodeImpossibleRequest, Field: "resource_requirements", Message: rej.Message}
+			field := "resource_requirements"
+			if rej.Reason == engine.ReasonNoSuchNode { // no node has the labels asked for
+				field = "node_selector"
+				if req.Provider != "" {
+					field = "provider"
+				}
+			}
+			return &wire.Error{Code: wire.CodeImpossibleRequest, Field: field, Message: rej.Message}
 		}
 		return nil
 	}

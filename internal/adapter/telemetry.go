@@ -20,6 +20,7 @@ import (
 type publisher struct {
 	store    *blackboard.Store
 	stats    func() dispatch.Stats
+	provider func(node string) string // the provider of a node (nil: none named)
 	interval time.Duration
 	logger   *slog.Logger
 	changed  chan struct{}          // one-slot wake-up: something changed
@@ -66,6 +67,9 @@ func (p *publisher) postEvictions(ctx context.Context) {
 			d := wire.PreemptionData{Victim: ev.JobID, Preemptor: ev.Preemptor, Node: ev.Node, Account: ev.Account, Priority: ev.Priority,
 				Policy: string(ev.Policy), Mode: string(ev.Mode), Reason: ev.Reason, LostWorkSeconds: ev.LostWork,
 				At: float64(ev.At.UnixNano()) / 1e9}
+			if p.provider != nil {
+				d.Provider = p.provider(ev.Node)
+			}
 			id := p.post(ctx, func() (wire.EntryFields, error) { return wire.PreemptionEntryFields(d), nil })
 			p.emit(ctx, wire.EventJobPreempted, wire.JobPreemptedEvent{PreemptionData: d, EntryID: id})
 		default:

@@ -13,7 +13,7 @@ import (
 
 // Labels of the nodes Nodes returns.
 const (
-	LabelProvider  = "provider"        // "slurm"
+	LabelProvider  = "provider"        // the provider's Config.Name ("slurm" by default)
 	LabelPartition = "slurm.partition" // the Config.Partition, or the node's partitions, comma-separated
 	LabelFeatures  = "slurm.features"  // the node's active features, comma-separated
 	LabelState     = "slurm.state"     // sinfo's state: "idle", "mixed", "allocated", ...
@@ -27,7 +27,7 @@ var usableStates = []string{"idle", "mixed", "allocated", "completing"}
 // Config.Partition is empty) as pool nodes, from one sinfo --json: CPUs,
 // memory (RealMemory), GPUs from the node's gpu GRES (one GPU per unit,
 // Model its GRES type, UUID from GPUID, so a Placement of them turns back
-// into --gres), and labels provider=slurm, slurm.partition,
+// into --gres), and labels provider (Config.Name), slurm.partition,
 // slurm.features and slurm.state. The node's name is Slurm's, which Start
 // passes as --nodelist.
 func (p *Provider) Nodes(ctx context.Context) ([]inventory.Node, error) {
@@ -53,7 +53,7 @@ func (p *Provider) Nodes(ctx context.Context) ([]inventory.Node, error) {
 			Name:      ni.Name,
 			CPUs:      float64(ni.CPUs),
 			MemoryMiB: ni.RealMemory,
-			Labels:    map[string]string{LabelProvider: "slurm", LabelPartition: part, LabelState: ni.State},
+			Labels:    map[string]string{LabelProvider: p.name, LabelPartition: part, LabelState: ni.State},
 		}
 		if ni.Features != "" && ni.Features != "(null)" {
 			n.Labels[LabelFeatures] = ni.Features

@@ -74,6 +74,8 @@ class ComputeRequest:
     node_selector: Optional[Dict[str, str]] = None
     gang_id: Optional[str] = None
     gang_size: Optional[int] = None
+    provider: Optional[str] = None  # a provider's name: only its nodes
+    placement: Optional[str] = None  # best-fit, first-fit, worst-fit, balanced, most-allocated, cheapest
     payload: Any = None
 
     def to_dict(self) -> Dict[str, Any]:
