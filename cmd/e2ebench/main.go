@@ -318,6 +318,7 @@ func (b *bench) throughput(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	runs0, _ := ad.schedulerMetric(ctx, "scheduler_cycles")
 	start := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
 	for c := range b.o.posters {
@@ -354,11 +355,13 @@ func (b *bench) throughput(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	runs1, _ := ad.schedulerMetric(ctx, "scheduler_cycles")
 	perS := float64(b.o.n) / took.Seconds()
 	fmt.Fprintf(stdout, "side=computeboard part=throughput n=%d posters=%d concurrency=%d cpu_per_job=%g secs=%.3f jobs_per_s=%.0f forkexec_per_s=%.0f ratio=%.3f"+
-		" adapter_cpu_ms_per_job=%.3f children_cpu_ms_per_job=%.3f redis_cpu_ms_per_job=%.3f forkexec_children_cpu_ms_per_exec=%.3f\n",
+		" adapter_cpu_ms_per_job=%.3f children_cpu_ms_per_job=%.3f redis_cpu_ms_per_job=%.3f forkexec_children_cpu_ms_per_exec=%.3f engine_runs_per_job=%.2f\n",
 		b.o.n, b.o.posters, b.o.concurrency, b.cpuPerJob(), took.Seconds(), perS, forkPerS, perS/forkPerS,
-		perJob(cpu1.adapter-cpu0.adapter), perJob(cpu1.children-cpu0.children), perJob(cpu1.redis-cpu0.redis), perJob(c1-c0))
+		perJob(cpu1.adapter-cpu0.adapter), perJob(cpu1.children-cpu0.children), perJob(cpu1.redis-cpu0.redis), perJob(c1-c0),
+		(runs1-runs0)/float64(b.o.n))
 	return nil
 }
 
@@ -1023,6 +1026,22 @@ func (ad *adapterProc) get(ctx context.Context, path string) (string, error) {
 		err = fmt.Errorf("GET %s: %s", path, resp.Status)
 	}
 	return string(body), err
+}
+
+// schedulerMetric reads one of the scheduler's own figures (the metrics
+// of GET /api/v1/scheduler), e.g. scheduler_cycles: its engine runs.
+func (ad *adapterProc) schedulerMetric(ctx context.Context, name string) (float64, error) {
+	body, err := ad.get(ctx, "/api/v1/scheduler")
+	if err != nil {
+		return 0, err
+	}
+	var v struct {
+		Metrics map[string]float64 `json:"metrics"`
+	}
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		return 0, err
+	}
+	return v.Metrics[name], nil
 }
 
 // heapAlloc reads go_memstats_heap_alloc_bytes from the adapter's /metrics.
