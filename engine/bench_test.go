@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/computeboard/computeboard/engine"
 	et "github.com/computeboard/computeboard/engine/enginetest"
@@ -54,4 +55,32 @@ func benchSchedule(b *testing.B, snap engine.Snapshot) {
 	b.ReportMetric(float64(len(plan.Placements)), "placed")
 	b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(n)/float64(len(snap.Pending)), "B/pending")
 	b.ReportMetric(sec*1e9/float64(len(snap.Pending)), "ns/decision")
+}
+
+// BenchmarkScheduleOneSlotFree is the regime of a busy node draining a
+// deep queue (the e2e benchmark's): one node running 7 jobs of a quarter
+// core out of 2 cores, one slot just freed, and -pending identical jobs
+// waiting. Each end runs the engine once; its cost is per pending job.
+//
+//	go test ./engine -run '^$' -bench OneSlotFree
+func BenchmarkScheduleOneSlotFree(b *testing.B) {
+	for _, pending := range []int{100, 2_000, 10_000} {
+		b.Run(fmt.Sprintf("pending=%d", pending), func(b *testing.B) {
+			now := time.Unix(1_700_000_000, 0)
+			snap := engine.Snapshot{Now: now, Nodes: []engine.Node{{Name: "n1",
+				Capacity:  engine.Resources{engine.DimCPU: 2000, engine.DimMemory: 4096},
+				Allocated: engine.Resources{engine.DimCPU: 1750, engine.DimMemory: 7 * 64}}}}
+			for i := range 7 {
+				snap.Running = append(snap.Running, engine.Running{Node: "n1", Started: now.Add(-time.Second), Job: engine.Job{
+					ID: fmt.Sprintf("r%d", i), Account: "a", Submitted: now.Add(-2 * time.Second),
+					Request: engine.Resources{engine.DimCPU: 250, engine.DimMemory: 64}}})
+			}
+			for i := range pending {
+				snap.Pending = append(snap.Pending, engine.Job{ID: fmt.Sprintf("p%06d", i), Account: fmt.Sprint("poster", i%4),
+					Priority: 4, Submitted: now.Add(-time.Duration(pending-i) * time.Millisecond),
+					Request: engine.Resources{engine.DimCPU: 250, engine.DimMemory: 64}})
+			}
+			benchSchedule(b, snap)
+		})
+	}
 }
