@@ -97,10 +97,8 @@ func (s *Scheduler) intakeAdmit() func(account string) bool {
 	if held == nil {
 		held = map[string]int{}
 	}
-	for _, t := range s.jobs_ {
-		if t.phase == PhasePending {
-			held[t.ej.Account]++
-		}
+	for a, n := range s.pendingBy {
+		held[a] += n
 	}
 	s.mu.Unlock()
 	var total float64

@@ -33,8 +33,9 @@ func pendingScheduler(t *testing.T, maxPending int, accounts []engine.Account, h
 	for a, n := range held {
 		for i := range n {
 			id := fmt.Sprintf("%s-%d", a, i)
-			s.jobs_[id] = &tracked{ej: engine.Job{ID: id, Account: a}, phase: PhasePending}
-			s.pendingN++
+			t := &tracked{ej: engine.Job{ID: id, Account: a}, phase: PhasePending}
+			s.jobs_[id] = t
+			s.countPendingLocked(t, 1)
 		}
 	}
 	return s

@@ -169,7 +169,7 @@ func (s *Scheduler) adopt(ctx context.Context) error {
 			if _, ok := s.jobs_[j.JobID]; !ok {
 				s.jobs_[j.JobID] = t
 				s.newIDs = append(s.newIDs, j.JobID)
-				s.pendingN++
+				s.countPendingLocked(t, 1)
 				s.stats.submitted++
 				s.replan = true
 			}

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -250,7 +251,7 @@ func skipHistory(t *testing.T, seed uint64) (checked, planned int) {
 		}
 		return h.newJob(fmt.Sprintf("j%03d", next), float64(1+rng.IntN(4)), float64(1+rng.IntN(3)), opts...)
 	}
-	for range 150 {
+	for step := range 150 {
 		switch op := rng.IntN(10); {
 		case op < 4:
 			for range 1 + rng.IntN(3) {
@@ -291,6 +292,17 @@ func skipHistory(t *testing.T, seed uint64) (checked, planned int) {
 		}
 		// What the engine would decide now, had it run.
 		h.s.mu.Lock()
+		// The pending counts kept by account (intake's shares) agree
+		// with the jobs, whatever happened.
+		by := map[string]int{}
+		for _, t := range h.s.jobs_ {
+			if t.phase == PhasePending {
+				by[t.ej.Account]++
+			}
+		}
+		if !maps.Equal(by, h.s.pendingBy) {
+			t.Fatalf("step %d: pending by account %v, kept as %v", step, by, h.s.pendingBy)
+		}
 		skippable := !h.s.replan && h.s.pendingN > 0
 		withNew := skippable && len(h.s.added) > 0
 		snap := h.s.snapshotLocked()

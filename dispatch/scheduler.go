@@ -114,13 +114,16 @@ type Scheduler struct {
 	newIDs     []string
 	idsDropped bool
 	pendingN   int
-	ledger     *engine.Ledger
-	health     map[string]nodeHealth
-	ended      []engine.Running
-	state      engine.State
-	cycle      uint64
-	plan       engine.Plan // the last plan, without its Rejected (see explanations)
-	stats      counters
+	// pendingBy counts the pending jobs by account (intake's share of
+	// max_pending; see intakeAdmit), kept with pendingN.
+	pendingBy map[string]int
+	ledger    *engine.Ledger
+	health    map[string]nodeHealth
+	ended     []engine.Running
+	state     engine.State
+	cycle     uint64
+	plan      engine.Plan // the last plan, without its Rejected (see explanations)
+	stats     counters
 	// replan: the engine's input changed since the last plan (besides the
 	// time); plannedAt: that plan's Now. See schedule.
 	replan      bool
@@ -160,7 +163,7 @@ func New(cfg Config, in Intake, js JobStore, nodes Nodes, orders Orders, fence p
 	s := &Scheduler{cfg: cfg, in: in, jobs: js, nodes: nodes, orders: orders, fence: fence,
 		log:      cfg.Logger.With("epoch", fence.Epoch),
 		incoming: make(chan jobs.Job, 1024), wake: make(chan struct{}, 1), room: make(chan struct{}, 1),
-		handedOver: map[string]int{}, jobs_: map[string]*tracked{}, ledger: engine.NewLedger(),
+		handedOver: map[string]int{}, pendingBy: map[string]int{}, jobs_: map[string]*tracked{}, ledger: engine.NewLedger(),
 		health: map[string]nodeHealth{}, silentSince: map[string]time.Time{},
 		waiting: map[string]*tracked{},
 		replan:  true,
@@ -382,7 +385,7 @@ func (s *Scheduler) addPending(ctx context.Context, j jobs.Job) {
 	}
 	s.jobs_[t.id()] = t
 	s.newIDs = append(s.newIDs, t.id())
-	s.pendingN++
+	s.countPendingLocked(t, 1)
 	s.stats.submitted++
 	if t.ej.GangID != "" {
 		s.replan = true // it may complete its gang
@@ -401,10 +404,10 @@ func (s *Scheduler) addPending(ctx context.Context, j jobs.Job) {
 // pending job.
 func (s *Scheduler) setPhaseLocked(t *tracked, p Phase) {
 	if t.phase == PhasePending && p != PhasePending {
-		s.pendingN--
+		s.countPendingLocked(t, -1)
 	}
 	if t.phase != PhasePending && p == PhasePending {
-		s.pendingN++
+		s.countPendingLocked(t, 1)
 		if _, ok := s.ledger.Release(t.id()); !ok {
 			s.log.Debug("release of a job without allocation", "job", t.id())
 		}
@@ -414,6 +417,16 @@ func (s *Scheduler) setPhaseLocked(t *tracked, p Phase) {
 	t.phase = p
 }
 
+// countPendingLocked adds d to the pending jobs, in all and of t's account
+// (s.mu held).
+func (s *Scheduler) countPendingLocked(t *tracked, d int) {
+	s.pendingN += d
+	a := t.ej.Account
+	if s.pendingBy[a] += d; s.pendingBy[a] <= 0 {
+		delete(s.pendingBy, a)
+	}
+}
+
 // dropLocked forgets a job (s.mu held), releasing what it held.
 func (s *Scheduler) dropLocked(t *tracked, ended time.Time) {
 	if t.hold != nil {
@@ -421,7 +434,7 @@ func (s *Scheduler) dropLocked(t *tracked, ended time.Time) {
 		delete(s.waiting, t.id())
 	}
 	if t.phase == PhasePending {
-		s.pendingN--
+		s.countPendingLocked(t, -1)
 	} else {
 		s.ledger.Release(t.id())
 		if t.phase == PhaseRunning && !t.started.IsZero() {
@@ -556,7 +569,7 @@ func (s *Scheduler) holdStarted(ctx context.Context, recs []jobs.Job) error {
 		t, ok := s.jobs_[rec.JobID]
 		if ok {
 			if t.phase == PhasePending {
-				s.pendingN--
+				s.countPendingLocked(t, -1)
 			} else {
 				s.ledger.Release(rec.JobID)
 			}
