@@ -162,7 +162,10 @@ func (b *Broker) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error { b.tickLoop(ctx, "expiry", b.cfg.ExpiryInterval, b.expiryStep); return nil })
-	g.Go(func() error { b.tickLoop(ctx, "cancel check", b.cfg.CancelCheckInterval, b.cancelStep); return nil })
+	g.Go(func() error {
+		b.tickLoop(ctx, "cancel check", b.cfg.CancelCheckInterval, pacedCancel(b.cfg.Clock, b.cancelScan))
+		return nil
+	})
 	g.Go(func() error { b.eventsLoop(ctx); return nil })
 	return g.Wait()
 }

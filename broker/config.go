@@ -55,7 +55,8 @@ type Config struct {
 	// CancelCheckInterval is how often Run re-reads the request entry status
 	// of every active job, so that a retraction written as a plain status
 	// change (no event), or one whose event was missed, still cancels the
-	// job. Default 2s.
+	// job. Default 2s; with more than a thousand active jobs the passes
+	// spread out to read at most cancelCheckRate keys a second.
 	CancelCheckInterval time.Duration
 
 	// ModuleRate is each source module's sustained admission rate, requests

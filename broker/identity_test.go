@@ -7,10 +7,12 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/internal/clock"
 	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
 )
@@ -398,5 +400,39 @@ func TestFloodDoesNotDelayOtherModule(t *testing.T) {
 	}
 	if n := b.inbox.ModuleLen("flood"); n != 99 {
 		t.Errorf("inbox holds %d of the flood, want the other 99 slots", n)
+	}
+}
+
+// TestCancelCheckIsPaced: with many active jobs the cancel check's passes
+// spread out so that its reads (two keys per active job) average at most
+// cancelCheckRate a second; with few, it runs at every tick.
+func TestCancelCheckIsPaced(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	active, passes := 10_000, 0
+	step := pacedCancel(clk, func(context.Context) (int, error) { passes++; return active, nil })
+	tick := func(d time.Duration) {
+		clk.Advance(d)
+		if err := step(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tick(0)
+	for range 4 {
+		tick(2 * time.Second) // the default CancelCheckInterval
+	}
+	if passes != 1 {
+		t.Fatalf("%d passes over 10,000 active jobs in 8 s, want 1 (20,000 reads at %d/s: one per 10 s)", passes, cancelCheckRate)
+	}
+	tick(2 * time.Second)
+	if passes != 2 {
+		t.Fatalf("%d passes after 10 s, want 2", passes)
+	}
+	active = 100
+	tick(10 * time.Second)
+	for range 3 {
+		tick(2 * time.Second)
+	}
+	if passes != 6 {
+		t.Fatalf("%d passes, want one per tick again with 100 active jobs (6)", passes)
 	}
 }
