@@ -22,6 +22,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -96,8 +98,21 @@ type Config struct {
 	// again after that time).
 	StartFailures int
 	ProbeEvery    time.Duration
-	Clock         clock.Clock
-	Logger        *slog.Logger
+	// CheckpointDir turns on the job checkpoint protocol (checkpoint.go):
+	// each job's checkpoints go to CheckpointDir/<job id>, named in its
+	// task's environment, and are verified when its task ends and before
+	// its next attempt starts. A job resumes on another node only when
+	// every node sees the same directory (a shared file system). "" = off.
+	CheckpointDir string
+	// CheckpointInterval is how often a job is asked to checkpoint by
+	// itself (COMPUTEBOARD_CHECKPOINT_INTERVAL; default 60 s).
+	CheckpointInterval time.Duration
+	// RunAs is the user a task runs as when its command names none (""
+	// = the agent's own, or "nobody" as root): its checkpoint directory
+	// is made that user's.
+	RunAs  string
+	Clock  clock.Clock
+	Logger *slog.Logger
 }
 
 // Agent serves its nodes until its context ends.
@@ -165,6 +180,9 @@ type task struct {
 	stop   string
 	evict  string
 	stopAt time.Time
+	// ckSeq is the checkpoint last recorded on the job record while it
+	// runs (checkpointLoop); guarded by Agent.mu.
+	ckSeq int64
 }
 
 // New checks cfg and returns an agent.
@@ -192,6 +210,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.StartFailures <= 0 {
 		cfg.StartFailures = 3
+	}
+	if cfg.CheckpointInterval <= 0 {
+		cfg.CheckpointInterval = 60 * time.Second
 	}
 	if cfg.ProbeEvery <= 0 {
 		cfg.ProbeEvery = 10 * time.Second
@@ -255,6 +276,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error { return a.orders(gctx) })
 	g.Go(func() error { return a.pollLoop(gctx) })
 	g.Go(func() error { return a.probeLoop(gctx) })
+	if a.cfg.CheckpointDir != "" {
+		g.Go(func() error { return a.checkpointLoop(gctx) })
+	}
 	return g.Wait()
 }
 
@@ -440,7 +464,13 @@ func (a *Agent) start(ctx context.Context, m pool.Message) (bool, *task) {
 	// agent is stopping: cut short, the record would say running with no task.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	rec, err := a.cfg.Jobs.Transition(sctx, m.JobID, wire.JobQueued, wire.JobRunning, jobs.Update{Node: m.Node, ExpectNode: m.Node})
+	// The checkpoint to resume from is verified again before the start
+	// (on this node, which may not be the one that verified it).
+	up, restore := a.checkpointUpdate(m.JobID, jobs.Update{Node: m.Node, ExpectNode: m.Node})
+	rec, err := a.cfg.Jobs.Transition(sctx, m.JobID, wire.JobQueued, wire.JobRunning, up)
+	if a.cfg.CheckpointDir != "" {
+		rec.Checkpoint = restore // the record's may not be readable here
+	}
 	switch {
 	case errors.Is(err, jobs.ErrWithdrawn):
 		a.report(sctx, m.Node, m.JobID, pool.EventEnded, wire.JobCancelled)
@@ -503,7 +533,7 @@ func (a *Agent) launch(ctx context.Context, node Node, rec jobs.Job, pl provider
 	t := providers.Task{
 		ID:      TaskID(rec.JobID, rec.Attempt),
 		Argv:    cmd.Argv,
-		Env:     jobEnv(cmd.Env, rec, name),
+		Env:     a.checkpointEnv(jobEnv(cmd.Env, rec, name), rec, firstNonEmpty(cmd.User, a.cfg.RunAs)),
 		User:    cmd.User,
 		Timeout: cmd.Timeout,
 		Payload: rec.Request.Payload,
@@ -543,6 +573,9 @@ func (a *Agent) launch(ctx context.Context, node Node, rec jobs.Job, pl provider
 // track hands a started task to the poll loop.
 func (a *Agent) track(tk *task) *task {
 	a.mu.Lock()
+	if tk.rec.Checkpoint != nil {
+		tk.ckSeq = tk.rec.Checkpoint.Seq // restored from; recorded already
+	}
 	a.tasks[tk.rec.JobID] = tk
 	a.mu.Unlock()
 	select {
@@ -1040,6 +1073,9 @@ func (a *Agent) end(ctx context.Context, t *task, to wire.JobStatus, u jobs.Upda
 	// ended lost and ran again elsewhere (requeue_lost) is not this
 	// task's to end.
 	u.ExpectNode = t.node
+	if !t.lost && to != wire.JobSucceeded {
+		u, _ = a.checkpointUpdate(t.rec.JobID, u)
+	}
 	a.endMu.RLock()
 	defer a.endMu.RUnlock()
 	_, err := a.cfg.Jobs.Transition(ctx, t.rec.JobID, from, to, u)
@@ -1049,6 +1085,12 @@ func (a *Agent) end(ctx context.Context, t *task, to wire.JobStatus, u jobs.Upda
 	}
 	if err != nil {
 		a.log.Info("job record moved on; outcome not recorded", "job", t.rec.JobID, "outcome", to, "err", err)
+	}
+	if err == nil && to == wire.JobSucceeded && a.cfg.CheckpointDir != "" {
+		// Done: its checkpoints will never be restored.
+		if rerr := os.RemoveAll(filepath.Join(a.cfg.CheckpointDir, t.rec.JobID)); rerr != nil {
+			a.log.Warn("remove the checkpoints of a finished job", "job", t.rec.JobID, "err", rerr)
+		}
 	}
 	if !t.lost && (err == nil || errors.Is(err, jobs.ErrNotFound)) {
 		// Kept a while: if Redis rolled back (the record gone now, or
@@ -1179,6 +1221,45 @@ func jobEnv(env map[string]string, rec jobs.Job, node string) map[string]string 
 	out["COMPUTEBOARD_ACCOUNT"] = rec.Account
 	out["COMPUTEBOARD_NODE"] = node
 	return out
+}
+
+// checkpointUpdate adds to u what job id's checkpoint directory holds:
+// the newest checkpoint that verifies (also returned: nil when none) and
+// the latest refused one. With the protocol off, u is returned as is.
+func (a *Agent) checkpointUpdate(id string, u jobs.Update) (jobs.Update, *jobs.Checkpoint) {
+	if a.cfg.CheckpointDir == "" {
+		return u, nil
+	}
+	good, refused := LatestCheckpoint(filepath.Join(a.cfg.CheckpointDir, id), a.cfg.Clock.Now())
+	u.Checkpoint = good
+	if len(refused) > 0 {
+		u.CheckpointRefused = &refused[0]
+		u.NoCheckpoint = good == nil
+		for _, r := range refused {
+			a.log.Warn("checkpoint refused", "job", id, "seq", r.Seq, "path", r.Path, "reason", r.Reason)
+		}
+	}
+	return u, good
+}
+
+// checkpointEnv adds the checkpoint protocol's variables to env: the
+// job's directory (made now, for user runAs), the interval, and the
+// checkpoint to restore (rec.Checkpoint, verified at the start), if any.
+func (a *Agent) checkpointEnv(env map[string]string, rec jobs.Job, runAs string) map[string]string {
+	if a.cfg.CheckpointDir == "" {
+		return env
+	}
+	dir, err := checkpointDir(a.cfg.CheckpointDir, rec.JobID, runAs)
+	if err != nil {
+		a.log.Warn("checkpoint directory; the job runs without one", "job", rec.JobID, "err", err)
+		return env
+	}
+	env[EnvCheckpointDir] = dir
+	env[EnvCheckpointInterval] = strconv.FormatFloat(a.cfg.CheckpointInterval.Seconds(), 'f', -1, 64)
+	if rec.Checkpoint != nil {
+		env[EnvCheckpointRestore] = rec.Checkpoint.Path
+	}
+	return env
 }
 
 func exitMessage(code *int) string {

@@ -172,9 +172,11 @@ func (s *Scheduler) nodeLost(ctx context.Context, node string) error {
 		msg := fmt.Sprintf("node %s has not been heard from for over %v", node, s.cfg.NodeTimeout)
 		to := wire.JobFailed
 		u := jobs.Update{Error: &wire.JobError{Code: "lost", Message: msg}}
-		if t.requeueLost {
-			// The template allows running it again: at least once, as the
-			// process may still run on the silent node.
+		if t.requeueLost || s.resumable(ctx, t) {
+			// The template allows running it again, or it saved verified
+			// progress and has retries left: it resumes from its last
+			// checkpoint elsewhere. At least once, as the process may
+			// still run on the silent node.
 			to = wire.JobQueued
 			u = jobs.Update{}
 		}
@@ -189,6 +191,9 @@ func (s *Scheduler) nodeLost(ctx context.Context, node string) error {
 		now := s.cfg.Clock.Now()
 		s.mu.Lock()
 		s.stats.lost++
+		if err == nil {
+			s.countLostLocked(t, now)
+		}
 		if to == wire.JobQueued && err == nil {
 			s.stats.requeued++
 			s.dropLocked(t, now)
@@ -210,6 +215,13 @@ func (s *Scheduler) nodeLost(ctx context.Context, node string) error {
 		}
 	}
 	return nil
+}
+
+// resumable: t's record has a verified checkpoint and retries left, so
+// that a lost node need not fail it.
+func (s *Scheduler) resumable(ctx context.Context, t *tracked) bool {
+	rec, err := s.jobs.Get(ctx, t.id())
+	return err == nil && rec.Checkpoint != nil && rec.Attempt <= rec.Request.MaxRetries
 }
 
 // Admission returns the intake's impossible-request test: a request no

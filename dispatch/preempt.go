@@ -63,8 +63,8 @@ type Eviction struct {
 	Reason    string               `json:"reason"`
 	At        time.Time            `json:"at"`
 	// LostWork estimates the work the eviction throws away: the victim's
-	// run time since its start (no checkpoint is known to the scheduler
-	// yet), in seconds.
+	// run time since its start or, unless it is cancelled, its last
+	// verified checkpoint (checkpoint.go), in seconds.
 	LostWork float64 `json:"lost_work_seconds"`
 }
 
@@ -108,8 +108,12 @@ func (s *Scheduler) takeEvictionsLocked(plan *engine.Plan) ([]Eviction, map[stri
 		mode := engine.ResolveMode(e.Mode, LiveModes)
 		ev := Eviction{JobID: e.JobID, Preemptor: e.Preemptor, Node: e.Node, Account: v.ej.Account, Priority: v.ej.Priority,
 			Policy: e.Policy, Mode: mode, Reason: e.Reason, At: plan.Now}
-		if !v.started.IsZero() && plan.Now.After(v.started) {
-			ev.LostWork = plan.Now.Sub(v.started).Seconds()
+		since := v.started
+		if c := s.lastCheckpointLocked(e.JobID); mode != engine.ModeCancel && c.After(since) {
+			since = c // it resumes from there
+		}
+		if !since.IsZero() && plan.Now.After(since) {
+			ev.LostWork = plan.Now.Sub(since).Seconds()
 		}
 		v.evicting = &ev
 		h := holds[e.Preemptor]

@@ -80,6 +80,7 @@ func (s *Scheduler) adopt(ctx context.Context) error {
 	activeIDs := make(map[string]bool, len(active))
 	var fresh, started []jobs.Job
 	s.mu.Lock()
+	s.noteCheckpointsLocked(active)
 	for _, j := range active {
 		activeIDs[j.JobID] = true
 		t, known := s.jobs_[j.JobID]

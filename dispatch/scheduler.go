@@ -114,6 +114,9 @@ type Scheduler struct {
 	newIDs     []string
 	idsDropped bool
 	pendingN   int
+	// progress is the view of the jobs' checkpoints and the work lost
+	// with nodes (checkpoint.go).
+	progress *progress
 	// pendingBy counts the pending jobs by account (intake's share of
 	// max_pending; see intakeAdmit), kept with pendingN.
 	pendingBy map[string]int
@@ -163,7 +166,7 @@ func New(cfg Config, in Intake, js JobStore, nodes Nodes, orders Orders, fence p
 	s := &Scheduler{cfg: cfg, in: in, jobs: js, nodes: nodes, orders: orders, fence: fence,
 		log:      cfg.Logger.With("epoch", fence.Epoch),
 		incoming: make(chan jobs.Job, 1024), wake: make(chan struct{}, 1), room: make(chan struct{}, 1),
-		handedOver: map[string]int{}, pendingBy: map[string]int{}, jobs_: map[string]*tracked{}, ledger: engine.NewLedger(),
+		handedOver: map[string]int{}, pendingBy: map[string]int{}, progress: newProgress(), jobs_: map[string]*tracked{}, ledger: engine.NewLedger(),
 		health: map[string]nodeHealth{}, silentSince: map[string]time.Time{},
 		waiting: map[string]*tracked{},
 		replan:  true,
@@ -892,6 +895,7 @@ func (s *Scheduler) snapshotLocked() engine.Snapshot {
 			continue
 		}
 		r := engine.Running{Job: t.ej, Started: t.started}
+		r.LastCheckpoint = s.lastCheckpointLocked(id)
 		r.PreemptModes = LiveModes
 		if t.phase != PhaseRunning || t.evicting != nil {
 			r.NonPreemptible = true // only a started job is a victim, and only once

@@ -81,9 +81,14 @@ func (s *Scheduler) Stats(inboxDepth int) Stats {
 			"scheduler_preemptions":            float64(st.preemptions),
 			"scheduler_preemptions_last_hour":  float64(len(s.evictLog)),
 			"scheduler_preemption_lost_work_s": math.Round(st.lostWork*1000) / 1000,
-			"pool_nodes":                       float64(len(s.health)),
-			"pool_healthy_nodes":               float64(healthy),
-			"inbox_depth":                      float64(inboxDepth),
+			// Run time (and core- and GPU-seconds) lost with lost nodes:
+			// since each job's last verified checkpoint, or its start.
+			"scheduler_node_lost_work_s": round3(s.progress.lostWork),
+			"scheduler_node_lost_cpu_s":  round3(s.progress.lostCPU),
+			"scheduler_node_lost_gpu_s":  round3(s.progress.lostGPU),
+			"pool_nodes":                 float64(len(s.health)),
+			"pool_healthy_nodes":         float64(healthy),
+			"inbox_depth":                float64(inboxDepth),
 		},
 	}
 }

@@ -24,6 +24,22 @@ type Job struct {
 	// Handle is the provider's handle of the running task, as JSON (set
 	// by Update.Handle; not mirrored into the job entry).
 	Handle string `json:"handle,omitempty"`
+	// Checkpoint is the job's last checkpoint a node agent verified
+	// against its manifest (the job checkpoint protocol: agent/checkpoint.go);
+	// nil: none. CheckpointRefused is the latest checkpoint an agent
+	// refused (no manifest, a wrong size or sum), with its reason. Record
+	// fields "checkpoint" and "checkpoint_refused" (JSON); not mirrored
+	// into the job entry.
+	Checkpoint        *Checkpoint `json:"checkpoint,omitempty"`
+	CheckpointRefused *Checkpoint `json:"checkpoint_refused,omitempty"`
+}
+
+// Checkpoint is one checkpoint of a job (see Job.Checkpoint).
+type Checkpoint struct {
+	Seq    int64   `json:"seq"`
+	Path   string  `json:"path"`
+	At     float64 `json:"at"`               // epoch seconds: when it was made (verified: its manifest's time) or refused
+	Reason string  `json:"reason,omitempty"` // why it was refused
 }
 
 // Update holds the record fields a transition may set; zero values are
@@ -44,6 +60,12 @@ type Update struct {
 	// nothing and fails with ErrConflict (a node agent's queued → running
 	// refuses a job the scheduler has since placed elsewhere).
 	ExpectNode string
+	// Checkpoint and CheckpointRefused set the record's fields of the
+	// same names; NoCheckpoint clears "checkpoint" (the last one verified
+	// failed a later check, and no older one is good).
+	Checkpoint        *Checkpoint
+	CheckpointRefused *Checkpoint
+	NoCheckpoint      bool
 }
 
 // recordPairs encodes the record fields of j (all but request) as HASH
@@ -83,6 +105,16 @@ func updatePairs(u Update) []any {
 	}
 	if len(u.Explanation) > 0 {
 		p = append(p, "explanation", string(u.Explanation))
+	}
+	if u.Checkpoint != nil {
+		b, _ := json.Marshal(u.Checkpoint)
+		p = append(p, "checkpoint", string(b))
+	} else if u.NoCheckpoint {
+		p = append(p, "checkpoint", "null")
+	}
+	if u.CheckpointRefused != nil {
+		b, _ := json.Marshal(u.CheckpointRefused)
+		p = append(p, "checkpoint_refused", string(b))
 	}
 	return p
 }
@@ -139,6 +171,14 @@ func decodeRecord(h map[string]string) (Job, error) {
 		errs = append(errs, json.Unmarshal([]byte(s), &j.Request))
 	} else if s, ok := h["request_data"]; ok {
 		j.Request = requestFromData(s, j)
+	}
+	for k, dst := range map[string]**Checkpoint{"checkpoint": &j.Checkpoint, "checkpoint_refused": &j.CheckpointRefused} {
+		if s, ok := h[k]; ok && s != "null" {
+			*dst = new(Checkpoint)
+			if err := json.Unmarshal([]byte(s), *dst); err != nil {
+				*dst = nil // a note, not worth refusing the record over
+			}
+		}
 	}
 	j.CancelRequested = h["cancel_requested"] == "1"
 	if j.JobID == "" || !j.Status.Valid() {

@@ -23,7 +23,8 @@ type PreemptionData struct {
 	Mode   string `json:"mode"`
 	Reason string `json:"reason"`
 	// LostWorkSeconds estimates the work thrown away: the victim's run
-	// time since its start.
+	// time since its start, or its last verified checkpoint unless it is
+	// cancelled.
 	LostWorkSeconds float64 `json:"lost_work_seconds"`
 	At              float64 `json:"at"` // epoch seconds
 }

@@ -182,6 +182,15 @@ type PoolConfig struct {
 	// its machine (also --fake-nodes N): nothing runs; each task ends after
 	// its estimated duration. For load tests, demos and benchmarks.
 	FakeNodes FakeNodesConfig `yaml:"fake_nodes"`
+	// CheckpointDir holds the jobs' checkpoints, one directory per job
+	// (the job checkpoint protocol; see README, Preemption). A job resumes
+	// on another node only when every node's adapter names the same
+	// shared directory here (default: .checkpoints under work_dir, which
+	// only this node sees). Relative to the config file.
+	CheckpointDir string `yaml:"checkpoint_dir"`
+	// CheckpointInterval is how often a job is asked to checkpoint by
+	// itself, besides on SIGUSR1 (default 60s).
+	CheckpointInterval Duration `yaml:"checkpoint_interval"`
 }
 
 // FakeNodesConfig shapes the fake nodes.
@@ -549,6 +558,11 @@ func (c *Config) fill(getenv func(string) string) error {
 	} else if !filepath.IsAbs(c.WorkDir) {
 		c.WorkDir = filepath.Join(c.dir, c.WorkDir)
 	}
+	if c.Pool.CheckpointDir == "" {
+		c.Pool.CheckpointDir = filepath.Join(c.WorkDir, ".checkpoints")
+	} else if !filepath.IsAbs(c.Pool.CheckpointDir) {
+		c.Pool.CheckpointDir = filepath.Join(c.dir, c.Pool.CheckpointDir)
+	}
 	if c.Supervisor != "" && !filepath.IsAbs(c.Supervisor) {
 		return fmt.Errorf("supervisor %q: want an absolute path", c.Supervisor)
 	}
@@ -748,6 +762,12 @@ func (c *Config) fillPool() error {
 	}
 	if p.NodeUnhealthy == 0 {
 		p.NodeUnhealthy = Duration(3 * p.Heartbeat.D())
+	}
+	if p.CheckpointInterval == 0 {
+		p.CheckpointInterval = Duration(60 * time.Second)
+	}
+	if p.CheckpointInterval.D() < time.Second {
+		return fmt.Errorf("pool.checkpoint_interval %v: want at least 1s", p.CheckpointInterval.D())
 	}
 	if p.NodeUnhealthy.D() <= p.Heartbeat.D() {
 		return fmt.Errorf("pool.node_unhealthy %v: want more than pool.heartbeat %v", p.NodeUnhealthy.D(), p.Heartbeat.D())

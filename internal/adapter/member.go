@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -103,8 +104,13 @@ func (p *poolMember) buildAgent(ctx context.Context, g *errgroup.Group, gctx con
 		}
 		descs = append(descs, describeNodes(pc, ns))
 	}
+	ckdir := cfg.Pool.CheckpointDir
+	if !slices.ContainsFunc(cfg.providerList(), func(pc ProviderConfig) bool { return pc.Kind != KindFake }) {
+		ckdir = "" // nothing runs on fake nodes: no checkpoints
+	}
 	ag, err := agent.New(agent.Config{ID: id, Nodes: nodes, Resolve: p.agentResolve, Jobs: p.jobs,
 		Channel: p.channel, Registry: p.registry, Beat: cfg.Pool.Heartbeat.D(), Clock: p.clk,
+		CheckpointDir: ckdir, CheckpointInterval: cfg.Pool.CheckpointInterval.D(), RunAs: cfg.RunAs,
 		Logger: p.log.With("component", "agent")})
 	return ag, strings.Join(descs, "; "), err
 }
@@ -446,6 +452,7 @@ type poolCollector struct {
 	// The scheduler's own figures (dispatch.Stats.Metrics).
 	cycles, placements, lastCycle, events, epoch *prometheus.Desc
 	preemptions, lostWork                        *prometheus.Desc
+	nodeLost                                     *prometheus.Desc
 }
 
 func newPoolCollector(s *dispatch.Scheduler, depth func() int) *poolCollector {
@@ -465,6 +472,9 @@ func newPoolCollector(s *dispatch.Scheduler, depth func() int) *poolCollector {
 			"Running jobs evicted to make room for more urgent ones (scheduler.preemption), in this scheduler term.", nil, nil),
 		lostWork: prometheus.NewDesc("computeboard_scheduler_preemption_lost_work_seconds_total",
 			"Run time of the evicted jobs thrown away by their evictions (since their starts), in this scheduler term.", nil, nil),
+		nodeLost: prometheus.NewDesc("computeboard_scheduler_node_lost_work_seconds_total",
+			"Work lost with lost nodes, since each job's last verified checkpoint or its start, in this scheduler term: run seconds (resource=time), core-seconds (cpu), GPU-seconds (gpu).",
+			[]string{"resource"}, nil),
 	}
 }
 
@@ -473,7 +483,7 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.jobs
 	ch <- c.nodes
 	ch <- c.future
-	for _, d := range []*prometheus.Desc{c.cycles, c.placements, c.lastCycle, c.events, c.epoch, c.preemptions, c.lostWork} {
+	for _, d := range []*prometheus.Desc{c.cycles, c.placements, c.lastCycle, c.events, c.epoch, c.preemptions, c.lostWork, c.nodeLost} {
 		ch <- d
 	}
 }
@@ -497,6 +507,9 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.epoch, prometheus.GaugeValue, m["scheduler_epoch"])
 	ch <- prometheus.MustNewConstMetric(c.preemptions, prometheus.CounterValue, m["scheduler_preemptions"])
 	ch <- prometheus.MustNewConstMetric(c.lostWork, prometheus.CounterValue, m["scheduler_preemption_lost_work_s"])
+	for res, k := range map[string]string{"time": "scheduler_node_lost_work_s", "cpu": "scheduler_node_lost_cpu_s", "gpu": "scheduler_node_lost_gpu_s"} {
+		ch <- prometheus.MustNewConstMetric(c.nodeLost, prometheus.CounterValue, m[k], res)
+	}
 	for ev, k := range map[string]string{"requeued": "scheduler_requeued_jobs", "lost": "scheduler_lost_jobs",
 		"reassigned": "scheduler_reassigned", "ledger_refused": "scheduler_ledger_refusals"} {
 		ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, m[k], ev)

@@ -1,0 +1,170 @@
+package agent
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/computeboard/computeboard/pool"
+	"github.com/computeboard/computeboard/wire"
+)
+
+// writeCheckpoint writes checkpoint seq of a job as the protocol says:
+// files, then the manifest, in a temp dir renamed into place.
+func writeCheckpoint(t *testing.T, dir string, seq int64, files map[string]string) string {
+	t.Helper()
+	tmp := filepath.Join(dir, ".tmp-"+strconv.FormatInt(seq, 10))
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m := Manifest{Seq: seq}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(tmp, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256([]byte(body))
+		m.Files = append(m.Files, ManifestFile{Path: name, Size: int64(len(body)), SHA256: hex.EncodeToString(sum[:])})
+	}
+	b, _ := json.Marshal(m)
+	if err := os.WriteFile(filepath.Join(tmp, ManifestName), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	final := filepath.Join(dir, strconv.FormatInt(seq, 10))
+	if err := os.Rename(tmp, final); err != nil {
+		t.Fatal(err)
+	}
+	return final
+}
+
+// TestVerifyCheckpoint: a checkpoint verifies only with its manifest and
+// every listed file at its size and sum.
+func TestVerifyCheckpoint(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		spoil   func(dir string) error
+		wantErr string // "" = verifies
+	}{
+		"good": {spoil: func(string) error { return nil }},
+		"wrong size": {spoil: func(d string) error {
+			return os.WriteFile(filepath.Join(d, "state.json"), []byte(`{"count": 410}`), 0o644)
+		}, wantErr: "size"},
+		"wrong sum": {spoil: func(d string) error { // same size, one byte flipped
+			return os.WriteFile(filepath.Join(d, "state.json"), []byte(`{"count": 42!`), 0o644)
+		}, wantErr: "sha256"},
+		"missing manifest": {spoil: func(d string) error { return os.Remove(filepath.Join(d, ManifestName)) }, wantErr: "manifest missing"},
+		"missing file":     {spoil: func(d string) error { return os.Remove(filepath.Join(d, "model.bin")) }, wantErr: "model.bin"},
+		"symlink": {spoil: func(d string) error {
+			if err := os.Remove(filepath.Join(d, "model.bin")); err != nil {
+				return err
+			}
+			return os.Symlink("/etc/hostname", filepath.Join(d, "model.bin"))
+		}, wantErr: "symbolic link"},
+		"path escapes": {spoil: func(d string) error {
+			b, _ := json.Marshal(Manifest{Seq: 1, Files: []ManifestFile{{Path: "../x", Size: 1}}})
+			return os.WriteFile(filepath.Join(d, ManifestName), b, 0o644)
+		}, wantErr: "bad path"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			d := writeCheckpoint(t, t.TempDir(), 1, map[string]string{"state.json": `{"count": 42}`, "model.bin": "weights"})
+			if err := tc.spoil(d); err != nil {
+				t.Fatal(err)
+			}
+			_, err := VerifyCheckpoint(d)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("error %v, want one naming %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestLatestCheckpoint: the newest good checkpoint wins; a newer bad one
+// is refused and reported; a temp dir being written is ignored.
+func TestLatestCheckpoint(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	now := time.Unix(1_900_000_000, 0)
+	if cp, refused := LatestCheckpoint(filepath.Join(dir, "none"), now); cp != nil || refused != nil {
+		t.Fatalf("no directory: %+v, %+v", cp, refused)
+	}
+	writeCheckpoint(t, dir, 1, map[string]string{"state.json": "1"})
+	good := writeCheckpoint(t, dir, 2, map[string]string{"state.json": "2"})
+	bad := writeCheckpoint(t, dir, 10, map[string]string{"state.json": "10"}) // 10 > 2: numeric order
+	if err := os.WriteFile(filepath.Join(bad, "state.json"), []byte("1O"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A checkpoint being written: files, no manifest, not renamed yet.
+	if err := os.MkdirAll(filepath.Join(dir, ".tmp-11"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cp, refused := LatestCheckpoint(dir, now)
+	if cp == nil || cp.Seq != 2 || cp.Path != good || cp.Reason != "" || cp.At == 0 {
+		t.Errorf("checkpoint %+v, want seq 2 at %s", cp, good)
+	}
+	if len(refused) != 1 || refused[0].Seq != 10 || refused[0].Path != bad || !strings.Contains(refused[0].Reason, "sha256") ||
+		refused[0].At != float64(now.Unix()) {
+		t.Errorf("refused %+v, want seq 10 (sha256)", refused)
+	}
+	if err := os.RemoveAll(good); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "1", ManifestName)); err != nil {
+		t.Fatal(err)
+	}
+	if cp, refused := LatestCheckpoint(dir, now); cp != nil || len(refused) != 2 || refused[1].Reason != "manifest missing" {
+		t.Errorf("no good checkpoint left: got %+v, refused %+v", cp, refused)
+	}
+}
+
+// TestRecordCheckpointsWhileRunning: the agent records a running job's
+// newest verified checkpoint on its record, and a newer refused one as
+// checkpoint_refused (keeping the good one); on an eviction it verifies
+// again and the record keeps the checkpoint for the next attempt.
+func TestRecordCheckpointsWhileRunning(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	j := e.queued(job30s)
+	e.assign(j.JobID, "n1")
+	a := e.agent(nil, nil)
+	root := t.TempDir()
+	a.cfg.CheckpointDir = root
+	e.run(a)
+	e.waitRunning(j.JobID)
+	dir := filepath.Join(root, j.JobID)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		t.Fatalf("the job's checkpoint directory: %v", err)
+	}
+
+	writeCheckpoint(t, dir, 1, map[string]string{"state.json": "1"})
+	a.recordCheckpoints(e.ctx)
+	if rec := e.rec(j.JobID); rec.Checkpoint == nil || rec.Checkpoint.Seq != 1 || rec.CheckpointRefused != nil {
+		t.Fatalf("after checkpoint 1: %+v, refused %+v", rec.Checkpoint, rec.CheckpointRefused)
+	}
+	bad := writeCheckpoint(t, dir, 2, map[string]string{"state.json": "2"})
+	if err := os.Remove(filepath.Join(bad, ManifestName)); err != nil {
+		t.Fatal(err)
+	}
+	a.recordCheckpoints(e.ctx)
+	rec := e.rec(j.JobID)
+	if rec.Checkpoint == nil || rec.Checkpoint.Seq != 1 || rec.CheckpointRefused == nil || rec.CheckpointRefused.Seq != 2 ||
+		rec.CheckpointRefused.Reason != "manifest missing" {
+		t.Fatalf("after a partial checkpoint 2: %+v, refused %+v; want 1 kept, 2 refused", rec.Checkpoint, rec.CheckpointRefused)
+	}
+
+	if err := e.ch.Evict(e.ctx, e.fence, "n1", j.JobID, pool.Eviction{Mode: pool.EvictRequeue, Reason: "by crit"}); err != nil {
+		t.Fatal(err)
+	}
+	rec = e.waitStatus(j.JobID, wire.JobQueued)
+	if rec.Checkpoint == nil || rec.Checkpoint.Path != filepath.Join(dir, "1") {
+		t.Errorf("requeued record's checkpoint %+v, want %s", rec.Checkpoint, filepath.Join(dir, "1"))
+	}
+}
