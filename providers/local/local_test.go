@@ -787,3 +787,54 @@ func TestTasksListsTheStartLog(t *testing.T) {
 		t.Errorf("second start of %s: %v, want ErrTaskExists and ErrInvalidTask", done.ID, err)
 	}
 }
+
+// TestSuspendStopsCPUTime (issue 13: suspend/resume of a real process):
+// a task spinning on a core uses no CPU time while suspended, and uses it
+// again once resumed. Under the supervisor server, as the adapter runs it.
+func TestSuspendStopsCPUTime(t *testing.T) {
+	t.Parallel()
+	dir := workDir(t)
+	p := newTestProvider(t, Config{WorkDir: dir, SupervisorServer: true})
+	task := helperTask(t, "spin", "1")
+	h := providertest.Start(t, p, task)
+	leader := mustReadState(t, filepath.Join(dir, task.ID)).PID
+	cpu := func() time.Duration { // the task's utime+stime so far
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", leader))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		k, _ := strconv.ParseInt(f[12], 10, 64)
+		return time.Duration(u+k) * 10 * time.Millisecond // USER_HZ 100
+	}
+	grows := func(what string) {
+		t.Helper()
+		before := cpu()
+		deadline := time.Now().Add(providertest.WaitLimit)
+		for cpu()-before < 200*time.Millisecond {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the task used %v of CPU, want it spinning", what, cpu()-before)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	grows("running")
+	if err := p.Suspend(t.Context(), h); err != nil {
+		t.Fatalf("Suspend: %v", err)
+	}
+	waitProcStates(t, []int{leader}, "stopped", func(s byte) bool { return s == 'T' })
+	before := cpu()
+	time.Sleep(time.Second)
+	if used := cpu() - before; used > 20*time.Millisecond {
+		t.Errorf("suspended for 1 s, the task used %v of CPU, want none", used)
+	}
+	if err := p.Resume(t.Context(), h); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	grows("resumed")
+	if err := p.Stop(t.Context(), h); err != nil {
+		t.Fatal(err)
+	}
+}
