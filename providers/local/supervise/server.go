@@ -237,7 +237,7 @@ func (s *server) done() {
 
 // idle closes ln once the server has had nothing to do for idleFor.
 func (s *server) idle(ln *net.UnixListener) {
-	t := time.NewTicker(min(time.Second, s.idleFor/2))
+	t := time.NewTicker(max(10*time.Millisecond, min(time.Second, s.idleFor/2)))
 	defer t.Stop()
 	for range t.C {
 		s.mu.Lock()
