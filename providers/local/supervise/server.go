@@ -123,11 +123,9 @@ func Serve(args []string) int {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	idle := ServerIdle
 	if len(args) == 2 {
-		d, err := time.ParseDuration(args[1])
-		if err != nil || d <= 0 {
-			args = nil
+		if d, err := time.ParseDuration(args[1]); err == nil && d > 0 {
+			idle, args = d, args[:1] // else the usage below
 		}
-		idle, args = d, args[:1]
 	}
 	if len(args) != 1 || !filepath.IsAbs(args[0]) {
 		fmt.Fprintf(os.Stderr, "usage: %s <work directory> [idle time]; run by the local provider, not by hand\n", ServeCommand)
