@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,7 +9,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -536,26 +534,11 @@ func (p *Provider) handleID(h providers.Handle) (string, error) {
 }
 
 // validID keeps task IDs safe as a single path element.
-var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+var validID = providers.ValidTaskID
 
 func validate(t providers.Task) error {
-	switch {
-	case !validID.MatchString(t.ID):
-		return fmt.Errorf("%w: ID must match %s", providers.ErrInvalidTask, validID)
-	case len(t.Argv) == 0:
-		return fmt.Errorf("%w: empty argv", providers.ErrInvalidTask)
-	case !filepath.IsAbs(t.Argv[0]):
-		return fmt.Errorf("%w: argv[0] %q is not an absolute path", providers.ErrInvalidTask, t.Argv[0])
-	case slices.ContainsFunc(t.Argv, func(s string) bool { return strings.IndexByte(s, 0) >= 0 }):
-		return fmt.Errorf("%w: NUL in argv", providers.ErrInvalidTask)
-	case t.Dir != "" && !filepath.IsAbs(t.Dir):
-		return fmt.Errorf("%w: dir %q is not an absolute path", providers.ErrInvalidTask, t.Dir)
-	case t.Timeout < 0:
-		return fmt.Errorf("%w: negative timeout %v", providers.ErrInvalidTask, t.Timeout)
-	case len(t.Note) > providers.MaxNoteBytes:
-		return fmt.Errorf("%w: note is %d bytes; the limit is %d", providers.ErrInvalidTask, len(t.Note), providers.MaxNoteBytes)
-	case len(t.Note) > 0 && !json.Valid(t.Note):
-		return fmt.Errorf("%w: note is not JSON", providers.ErrInvalidTask)
+	if err := t.Validate(); err != nil {
+		return err
 	}
 	if err := checkPlacement(t.Placement); err != nil {
 		return fmt.Errorf("%w: %w", providers.ErrInvalidTask, err)

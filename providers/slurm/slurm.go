@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -596,30 +595,19 @@ func (p *Provider) Probe(ctx context.Context) error {
 }
 
 // validID keeps task IDs safe as a single path element and a job name.
-var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+var validID = providers.ValidTaskID
 
 // validPath rejects what sbatch would expand in --output and --error
 // (%j, %u, ...; a backslash turns expansion off).
 func validPath(p string) bool { return !strings.ContainsAny(p, "%\\\n") }
 
 func validate(t providers.Task) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
 	switch {
-	case !validID.MatchString(t.ID):
-		return fmt.Errorf("%w: ID must match %s", providers.ErrInvalidTask, validID)
-	case len(t.Argv) == 0:
-		return fmt.Errorf("%w: empty argv", providers.ErrInvalidTask)
-	case !filepath.IsAbs(t.Argv[0]):
-		return fmt.Errorf("%w: argv[0] %q is not an absolute path", providers.ErrInvalidTask, t.Argv[0])
-	case slices.ContainsFunc(t.Argv, func(s string) bool { return strings.IndexByte(s, 0) >= 0 }):
-		return fmt.Errorf("%w: NUL in argv", providers.ErrInvalidTask)
-	case t.Dir != "" && (!filepath.IsAbs(t.Dir) || strings.ContainsAny(t.Dir, "\n\x00")):
+	case strings.ContainsAny(t.Dir, "\n\x00"):
 		return fmt.Errorf("%w: dir %q is not an absolute path", providers.ErrInvalidTask, t.Dir)
-	case t.Timeout < 0:
-		return fmt.Errorf("%w: negative timeout %v", providers.ErrInvalidTask, t.Timeout)
-	case len(t.Note) > providers.MaxNoteBytes:
-		return fmt.Errorf("%w: note is %d bytes; the limit is %d", providers.ErrInvalidTask, len(t.Note), providers.MaxNoteBytes)
-	case len(t.Note) > 0 && !json.Valid(t.Note):
-		return fmt.Errorf("%w: note is not JSON", providers.ErrInvalidTask)
 	case t.Resources.CPUCores < 0 || t.Resources.MemoryBytes < 0:
 		return fmt.Errorf("%w: negative resources", providers.ErrInvalidTask)
 	case strings.ContainsAny(t.Placement.Node, ", \n\x00"):
