@@ -589,13 +589,20 @@ func (a *Agent) track(tk *task) *task {
 // as given (providers.ErrInvalidTask: no such user, say) fails the job:
 // it would fail anywhere. Anything else is the node's trouble (a full or
 // read-only disk): nothing started, so the job goes back to the queue to
-// run elsewhere (unless it keeps failing: after MaxRetries+3 attempts it
-// fails), and after StartFailures such failures in a row the node takes
-// itself out of scheduling until a probe succeeds.
+// run elsewhere, and after StartFailures such failures in a row the node
+// takes itself out of scheduling until a probe succeeds. A job that keeps
+// failing to start on nodes that otherwise work fails after MaxRetries+3
+// attempts; a failure blamed on the node (it is out, or this failure
+// takes it out) never fails the job: orders already on their way to a
+// node that just went out would otherwise burn its attempts there.
 func (a *Agent) startFailed(ctx context.Context, node Node, rec jobs.Job, err error) {
 	name := node.Record.Name
 	t := &task{rec: rec, node: name}
-	if errors.Is(err, providers.ErrInvalidTask) || rec.Attempt > rec.Request.MaxRetries+3 {
+	a.mu.Lock()
+	_, nodeOut := a.out[name]
+	nodeBlamed := nodeOut || a.failing[name]+1 >= a.cfg.StartFailures
+	a.mu.Unlock()
+	if errors.Is(err, providers.ErrInvalidTask) || (rec.Attempt > rec.Request.MaxRetries+3 && !nodeBlamed) {
 		a.end(ctx, t, wire.JobFailed, jobs.Update{Error: &wire.JobError{Code: "start_failed", Message: err.Error()}})
 		return
 	}

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -184,4 +185,31 @@ func TestStartWhenOnlyTheMirrorFailed(t *testing.T) {
 	e.waitFor("the task started", func() bool { return e.prov.Started() == 1 })
 	e.clk.Advance(31 * time.Second)
 	e.waitStatus(j.JobID, wire.JobSucceeded)
+}
+
+// TestFailuresOnAnOutNodeNeverFailTheJob: orders already on their way to
+// a node that just took itself out bounce off it, each a new attempt.
+// Those failures are the node's, not the job's: the job goes back to the
+// queue every time and never fails for them. Before, its fourth bounce
+// failed it (start_failed), as a job failing everywhere would.
+func TestFailuresOnAnOutNodeNeverFailTheJob(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	disk := &brokenDisk{Provider: e.prov}
+	disk.broken.Store(true)
+	a := e.agent(disk, nil)
+	a.cfg.StartFailures = 2
+	a.cfg.ProbeEvery = time.Hour
+	e.run(a)
+	j := e.queued(job30s)
+	for attempt := 1; attempt <= 6; attempt++ {
+		e.assign(j.JobID, "n1")
+		e.waitFor(fmt.Sprintf("attempt %d back in the queue", attempt), func() bool {
+			r := e.rec(j.JobID)
+			return r.Attempt == attempt && r.Status != wire.JobRunning
+		})
+		if r := e.rec(j.JobID); r.Status != wire.JobQueued {
+			t.Fatalf("attempt %d on a node out of scheduling: the job is %s %+v, want queued", attempt, r.Status, r.Error)
+		}
+	}
 }

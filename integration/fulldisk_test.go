@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/computeboard/computeboard/internal/redistest"
+	"github.com/computeboard/computeboard/wire"
 )
 
 // TestFullWorkDirThenRestart (issue 11, defect 2): the work directory is
@@ -99,4 +100,80 @@ func summarize(sts map[string]string) string {
 		n[s]++
 	}
 	return fmt.Sprint(n)
+}
+
+// TestReadOnlyWorkDirDrainsTheNode (issue 11, defect 7): the work
+// directory turns read-only under a running adapter. Before, every job
+// assigned to the node failed at once and the node kept taking work. Now
+// each failed start puts its job back in the queue, the node takes itself
+// out of scheduling after three and says why, and once the directory is
+// writable again a probe brings it back and every job runs, once.
+// A read-only tmpfs mounted over the work directory stands for the broken
+// disk (a remount of the directory itself is refused while the supervisor
+// holds files open for writing), so it needs root; skipped otherwise.
+func TestReadOnlyWorkDirDrainsTheNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a read-only tmpfs over the work directory")
+	}
+	t.Parallel()
+	srv := redistest.Shared(t)
+	rdb, board := redistest.New(t)
+	st := storeFor(t, rdb, board)
+	dir := jobDir(t)
+	work := filepath.Join(dir, "work")
+	if err := os.Mkdir(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mounted := false
+	t.Cleanup(func() {
+		if mounted {
+			_ = exec.Command("umount", "-l", work).Run()
+		}
+	})
+	countFile := filepath.Join(dir, "runs")
+	body := strings.Replace(readFile(t, countingConfig(t, board, "ro-node", countFile, "")), "work_dir: jobs-ro-node", "work_dir: "+work, 1)
+	if !strings.Contains(body, work) {
+		t.Fatal("work_dir not replaced in the test config")
+	}
+	cfg := writeConfig(t, body)
+	startProc(t, "--config", cfg, "--redis", srv.URL(), "--consumer", "ro-a")
+	// A first job proves the node works, then the directory turns read-only.
+	ok := []string{postData(t, st, "planner", `{"template":"count","resource_requirements":{"cpu_cores":1}}`, nil)}
+	if sts := waitAllTerminal(t, rdb, st, ok, 60*time.Second); sts[ok[0]] != "succeeded" {
+		t.Fatalf("the first job ended %s", sts[ok[0]])
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", work).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v: %s", err, out)
+	}
+	mounted = true
+	var ids []string
+	for range 8 {
+		ids = append(ids, postData(t, st, "planner", `{"template":"count","resource_requirements":{"cpu_cores":1}}`, nil))
+	}
+	nodeRecord := func() string {
+		return rdb.HGet(context.Background(), st.Keys().PoolNodes(), "ro-node").Val()
+	}
+	eventually(t, 60*time.Second, "the node to take itself out of scheduling", func() bool {
+		return strings.Contains(nodeRecord(), `"unhealthy"`)
+	})
+	if rec := nodeRecord(); !strings.Contains(rec, "read-only") {
+		t.Errorf("the node's record does not say why it is out: %s", rec)
+	}
+	// Orders already on their way may still bounce off the node (running
+	// for a moment, then queued again), but none may end.
+	for id, s := range jobStatuses(t, rdb, st, ids) {
+		if wire.JobStatus(s).Terminal() {
+			jd, _ := jobData(t, st, id)
+			t.Errorf("job %s ended %q %+v while its node is out; want it waiting", id, s, jd.Error)
+		}
+	}
+	if out, err := exec.Command("umount", work).CombinedOutput(); err != nil {
+		t.Fatalf("umount the read-only tmpfs: %v: %s", err, out)
+	}
+	mounted = false
+	sts := waitAllTerminal(t, rdb, st, ids, 2*time.Minute)
+	checkExactlyOnce(t, ids, sts, runCounts(t, countFile))
 }
