@@ -18,6 +18,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
+	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/internal/redistest"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -430,5 +432,214 @@ func TestUIDashboard(t *testing.T) {
 	}
 	if conn, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS("#conn"))); err != nil || !strings.HasPrefix(conn, "updated ") {
 		t.Errorf("the page's connection line: %q (%v)", conn, err)
+	}
+}
+
+// uiSeconds reads a duration as the page writes it (fmtAge: "4.2 s",
+// "1.5 min", "2.0 h", "1.0 d") back into seconds; ok is false for
+// anything else.
+func uiSeconds(s string) (float64, bool) {
+	num, unit, ok := strings.Cut(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(s), " ago")), " ")
+	v, err := strconv.ParseFloat(num, 64)
+	mult := map[string]float64{"s": 1, "min": 60, "h": 3600, "d": 86400}[unit]
+	if !ok || err != nil || mult == 0 {
+		return 0, false
+	}
+	return v * mult, true
+}
+
+// TestUIPreemptions drives the dashboard's Preemptions view against a
+// real adapter whose scheduler evicts real jobs: two low-priority jobs
+// (one evicted in mode cancel, one in requeue) fill a 2-core node and two
+// CRITICAL requests evict them one after the other. The view starts
+// empty, the tab counts the first eviction while another view shows, the
+// second appears live in the open view, every row shows what GET
+// /api/v1/preemptions says (victim, account, preemptor, policy, mode,
+// node, lost work), the figures add the rows up, and a victim's link
+// opens the job in the Jobs view, focused, with the explanation naming
+// its preemptor. The view is saved as preemptions.png.
+func TestUIPreemptions(t *testing.T) {
+	ctx := browser(t)
+
+	srv := redistest.Shared(t)
+	rdb, board := redistest.New(t)
+	st := storeFor(t, rdb, board)
+	cfg := writeConfig(t, fmt.Sprintf(`board: %s
+work_dir: jobs
+templates:
+  low:
+    command: [sleep, "60"]
+  lowcancel:
+    command: [sleep, "60"]
+    preempt_mode: cancel
+  crit:
+    command: [sleep, "30"]
+node:
+  name: ui-preempt
+  cpu_cores: 2
+  memory_gb: 4
+scheduler:
+  interval: 50ms
+  preemption:
+    policy: priority
+    min_runtime: 0s
+    min_preemptor_level: 8
+telemetry:
+  interval: 500ms
+broker:
+  claim_idle: 2s
+  lease_timeout: 5s
+`, board))
+	_, out := runAdapter(t, "--config", cfg, "--redis", srv.URL(), "--listen", "127.0.0.1:0")
+	api := apiURL(t, out)
+	waitScheduler(t, api)
+	dir := uiArtifacts(t)
+
+	// Two low-priority jobs fill the node's two cores.
+	lowCancel := postData(t, st, "batch", `{"template":"lowcancel","priority":1,"account":"batch"}`, nil)
+	lowRequeue := postData(t, st, "etl", `{"template":"low","priority":2,"account":"etl"}`, nil)
+	waitStatus(t, st, lowCancel, wire.JobRunning)
+	waitStatus(t, st, lowRequeue, wire.JobRunning)
+	critical := func() string {
+		t.Helper()
+		e := blackboard.NewEntry(blackboard.RequestTopic, "pager", json.RawMessage(`{"template":"crit"}`))
+		e.Priority = blackboard.Priority(wire.EntryPriorityCritical)
+		id, err := st.Post(t.Context(), e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	preemptions := func(n int) preemptionList {
+		t.Helper()
+		var l preemptionList
+		eventually(t, 60*time.Second, fmt.Sprintf("%d preemptions in GET /api/v1/preemptions", n), func() bool {
+			getAPI(t, api, "/api/v1/preemptions", "", &l)
+			return len(l.Preemptions) >= n
+		})
+		if len(l.Preemptions) != n {
+			t.Fatalf("GET /api/v1/preemptions lists %d, want %d: %+v", len(l.Preemptions), n, l)
+		}
+		return l
+	}
+	rows := func() int {
+		t.Helper()
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#preemptions tbody tr[data-entry-id]").length`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	// Nothing evicted yet: the view says so.
+	uiDo(t, ctx, "load the preemptions view", chromedp.Navigate(api+"/ui/#preemptions"),
+		chromedp.WaitVisible(chromedp.CSS("#view-preemptions")))
+	uiContains(t, ctx, "#preemptions tbody tr.empty", "No preemption in the last hour")
+	uiText(t, ctx, "#preempt-count", "0")
+
+	// The first eviction, while the overview shows: the tab counts it.
+	uiDo(t, ctx, "open the overview", chromedp.Click(chromedp.CSS(`#tabs a[data-view="overview"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#view-overview")))
+	crit1 := critical()
+	first := preemptions(1).Preemptions[0]
+	if first.Victim != wire.JobID(lowCancel) || first.Preemptor != wire.JobID(crit1) || first.Mode != "cancel" {
+		t.Fatalf("the first eviction: %+v, want %s evicted (cancel) for %s", first, wire.JobID(lowCancel), wire.JobID(crit1))
+	}
+	uiText(t, ctx, "#preempt-badge", "1 new")
+	// Keyboard: the tab link and Enter open the view; the count clears.
+	uiDo(t, ctx, "open the preemptions with the keyboard",
+		chromedp.Focus(chromedp.CSS(`#tabs a[data-view="preemptions"]`)), chromedp.KeyEvent(kb.Enter),
+		chromedp.WaitVisible(chromedp.CSS("#view-preemptions")))
+	if disp, err := chromedp.Run(ctx, chromedp.Evaluate[string](`getComputedStyle(document.querySelector("#preempt-badge")).display`)); err != nil || disp != "none" {
+		t.Errorf("the tab's count still shows in the view (display %q, %v)", disp, err)
+	}
+	uiText(t, ctx, "#preempt-count", "1")
+
+	// The second eviction appears in the open view, newest first and
+	// highlighted as new.
+	waitStatus(t, st, crit1, wire.JobRunning)
+	crit2 := critical()
+	l := preemptions(2)
+	if l.More || l.Preemptions[0].Victim != wire.JobID(lowRequeue) || l.Preemptions[0].Preemptor != wire.JobID(crit2) ||
+		l.Preemptions[0].At < l.Preemptions[1].At {
+		t.Fatalf("GET /api/v1/preemptions after the second eviction: %+v, want %s evicted for %s first", l, wire.JobID(lowRequeue), wire.JobID(crit2))
+	}
+	newest := l.Preemptions[0]
+	uiPoll(t, ctx, "#preemptions tbody tr:first-child", "the newest eviction first", func(string) bool {
+		id, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#preemptions tbody tr").dataset.entryId || ""`))
+		return err == nil && id == newest.EntryID
+	})
+	if cls, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#preemptions tbody tr").className`)); err != nil || cls != "new" {
+		t.Errorf("the newest row's class is %q (%v), want new", cls, err)
+	}
+	if n := rows(); n != len(l.Preemptions) {
+		t.Errorf("the page lists %d preemptions, the API %d", n, len(l.Preemptions))
+	}
+	// Each row as the API has it, in its order.
+	var lost float64
+	victims := map[string]bool{}
+	for i, p := range l.Preemptions {
+		row := fmt.Sprintf(`#preemptions tbody tr:nth-child(%d)`, i+1)
+		var cells struct {
+			Entry, Victim, Account, Preemptor, Policy, Mode, Node, Lost, Reason string
+			Seconds                                                             float64
+		}
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(() => {
+			const tr = document.querySelector(%q), td = (c) => tr.querySelector("td." + c);
+			return JSON.stringify({Entry: tr.dataset.entryId, Victim: td("victim").querySelector("a").dataset.job,
+				Account: td("account").textContent, Preemptor: td("preemptor").querySelector("a").dataset.job,
+				Policy: td("policy").textContent, Mode: td("mode").textContent, Node: td("node").textContent,
+				Lost: td("lost").textContent, Seconds: Number(td("lost").dataset.seconds), Reason: td("reason").title});
+		})()`, row)))
+		if err != nil || json.Unmarshal([]byte(got), &cells) != nil {
+			t.Fatalf("row %d: %q (%v)", i+1, got, err)
+		}
+		wantCells := cells
+		wantCells.Entry, wantCells.Victim, wantCells.Account, wantCells.Preemptor = p.EntryID, p.Victim, p.Account, p.Preemptor
+		wantCells.Policy, wantCells.Mode, wantCells.Node, wantCells.Seconds, wantCells.Reason = p.Policy, p.Mode, p.Node, p.LostWorkSeconds, p.Reason
+		if cells != wantCells {
+			t.Errorf("row %d shows %+v, the API says %+v", i+1, cells, p)
+		}
+		if s, ok := uiSeconds(cells.Lost); !ok || math.Abs(s-p.LostWorkSeconds) > 0.06 || p.LostWorkSeconds <= 0 {
+			t.Errorf("row %d: lost work %q, the API says %v s", i+1, cells.Lost, p.LostWorkSeconds)
+		}
+		if p.Policy != "priority" || p.Node != "ui-preempt" || p.Provider != "local" {
+			t.Errorf("preemption %d: %+v, want policy priority on ui-preempt (local)", i, p)
+		}
+		lost += p.LostWorkSeconds
+		victims[p.Victim] = true
+	}
+	if l.Preemptions[0].Mode != "requeue" || l.Preemptions[0].Account != "etl" || l.Preemptions[1].Account != "batch" {
+		t.Errorf("modes and accounts: %+v", l.Preemptions)
+	}
+	// The figures add the rows up.
+	uiText(t, ctx, "#preempt-count", strconv.Itoa(len(l.Preemptions)))
+	uiText(t, ctx, "#preempt-victims", strconv.Itoa(len(victims)))
+	if got, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS("#preempt-lost"))); err != nil {
+		t.Error(err)
+	} else if s, ok := uiSeconds(got); !ok || math.Abs(s-lost) > 0.06 {
+		t.Errorf("work lost shows %q, the rows add up to %.3f s", got, lost)
+	}
+	uiContains(t, ctx, "#preempt-latest", " ago")
+	screenshot(t, ctx, dir, "preemptions")
+
+	// The newest victim's link, with the keyboard: the Jobs view, its row
+	// focused, and (it is queued again) its explanation naming the
+	// preemptor.
+	uiText(t, ctx, fmt.Sprintf(`#jobs tr[data-job-id=%q] td.status`, newest.Victim), string(wire.JobQueued)) // the page knows it is queued again
+	link := fmt.Sprintf(`#preemptions tbody tr:first-child td.victim a[data-job=%q]`, newest.Victim)
+	uiDo(t, ctx, "follow the victim's link", chromedp.Focus(chromedp.CSS(link)), chromedp.KeyEvent(kb.Enter),
+		chromedp.WaitVisible(chromedp.CSS("#view-jobs")))
+	uiPoll(t, ctx, "#jobs", "the victim's row focused", func(string) bool {
+		id, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.activeElement.dataset.jobId || ""`))
+		return err == nil && id == newest.Victim
+	})
+	uiText(t, ctx, "#explain-job", newest.Victim)
+	uiContains(t, ctx, "#explain-preempted", "by "+newest.Preemptor[:12])
+	uiContains(t, ctx, "#explain-preempted", "(requeue, priority)")
+	screenshot(t, ctx, dir, "preemption-victim")
+
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`Number(document.body.dataset.cspViolations || 0)`)); err != nil || n != 0 {
+		t.Errorf("the Content-Security-Policy refused %d things (%v)", n, err)
 	}
 }

@@ -380,6 +380,7 @@ func apiHandler(p *poolMember, reg *prometheus.Registry) http.Handler {
 	})
 	mux.Handle("GET /ui/", uiHandler())
 	mux.HandleFunc("GET /api/v1/jobs", p.listJobs)
+	mux.HandleFunc("GET /api/v1/preemptions", p.listPreemptions)
 	mux.HandleFunc("GET /api/v1/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
 		// A job record holds its request's payload and environment: the
 		// token is needed, unless config makes reads public (environment

@@ -13,10 +13,10 @@ import (
 
 // uiAssets is the operators' web dashboard served at /ui/: plain HTML, CSS
 // and JavaScript with no build step and nothing loaded from elsewhere. It
-// polls the JSON API (inbox, jobs, nodes, scheduler); its writes (dead
-// letter replay, dropping a held request) send the operator token the
-// operator types into the page. integration/ui_test.go drives it in a
-// headless Chromium.
+// polls the JSON API (inbox, jobs, nodes, scheduler, fair share, the
+// latest preemptions: preemptions.go); its writes (dead letter replay,
+// dropping a held request) send the operator token the operator types
+// into the page. integration/ui_test.go drives it in a headless Chromium.
 //
 //go:embed ui
 var uiAssets embed.FS

@@ -1,17 +1,23 @@
 // computeboard operators' dashboard: polls the adapter's JSON API every
 // couple of seconds and renders it. No framework, no build step, nothing
 // loaded from elsewhere. Writes (dead-letter replay, dropping a held
-// request) send the operator token kept in sessionStorage.
+// request) send the operator token kept in sessionStorage. Preemptions
+// show up as they happen: each poll reads the latest, new rows are
+// highlighted, and the tab counts those not seen yet.
 "use strict";
 
 const POLL_MS = 2000;
 const HISTORY = 90; // samples kept for the charts (3 minutes at 2 s)
 const TOKEN_KEY = "computeboard.operatorToken";
-const VIEWS = ["overview", "inbox", "jobs", "nodes", "fairshare"];
+const VIEWS = ["overview", "inbox", "jobs", "nodes", "fairshare", "preemptions"];
 
 const state = {
   view: "overview",
   selectedJob: "",
+  focusJob: "", // the job a link opened in the Jobs view (highlighted)
+  focusPending: false, // move the focus to focusJob's row once the view shows
+  preemptSeen: null, // entry ids of the preemptions listed at the last poll (null: none yet)
+  preemptUnseen: 0, // preemptions that arrived while another view showed
   history: [], // {t, cpu, memory, gpu, depth, pending, finished}
   data: {},
   errors: {},
@@ -125,6 +131,7 @@ function showView(name) {
     else a.removeAttribute("aria-current");
   }
   document.title = "computeboard — " + name;
+  if (name === "preemptions") { state.preemptUnseen = 0; showBadge(); }
 }
 
 function renderOverview() {
@@ -218,8 +225,10 @@ function renderJobs() {
   setText("#jobs-total", j.total + " active" + (j.total > j.jobs.length ? ", first " + j.jobs.length + " shown" : ""));
   const now = Date.now() / 1000;
   fill($("#jobs tbody"), j.jobs.map((job) => ({
-    sig: [job.job_id, job.status, job.node, job.provider, job.job_id === state.selectedJob],
-    tr: el("tr", { "data-job-id": job.job_id, class: job.job_id === state.selectedJob ? "selected" : "" },
+    sig: [job.job_id, job.status, job.node, job.provider, job.job_id === state.selectedJob, job.job_id === state.focusJob],
+    tr: el("tr", { "data-job-id": job.job_id,
+      class: job.job_id === state.selectedJob || job.job_id === state.focusJob ? "selected" : "",
+      tabindex: job.job_id === state.focusJob ? "-1" : null, "data-key": job.job_id === state.focusJob ? "row:" + job.job_id : null },
       el("td", {}, el("code", { title: job.job_id, text: shortID(job.job_id) })),
       el("td", { class: "status st-" + job.status, text: job.status }),
       el("td", { class: "node", text: job.node || "–" }),
@@ -260,6 +269,10 @@ function renderExplain() {
   setText("#explain-reason", e.reason || "–");
   setText("#explain-message", e.message || "–");
   setText("#explain-start", e.estimated_start ? fmtTime(e.estimated_start) : "unknown");
+  const pe = e.preempted;
+  setText("#explain-preempted", pe ? "by " + shortID(pe.by) + " on " + pe.node + " (" + pe.mode + ", " + pe.policy + "), " +
+    fmtAge(Date.now() / 1000 - pe.at) + " ago, " + fmtAge(pe.lost_work_seconds) + " of work lost" : "no");
+  setText("#explain-evicts", e.evicts && e.evicts.length ? e.evicts.map(shortID).join(", ") : "–");
 }
 
 function renderNodes() {
@@ -318,6 +331,94 @@ function renderFairShare() {
       el("td", { class: "num", text: a.pending_jobs })),
   }));
   fill($("#fairshare tbody"), rows, "no accounts yet", 7);
+}
+
+// jobLink is a job id that opens the job in the Jobs view (key: the
+// data-key that keeps its focus across a rebuild of its table).
+function jobLink(id, key) {
+  return el("a", { href: "#jobs", class: "job", "data-job": id, "data-key": key, title: "Job " + id + " (open in Jobs)",
+    onclick: (ev) => { ev.preventDefault(); openJob(id); } }, el("code", { text: shortID(id) }));
+}
+
+// openJob shows a job in the Jobs view: its row highlighted and focused,
+// and its explanation when it is queued. The view lists active jobs only.
+function openJob(id) {
+  state.focusJob = id;
+  const j = state.data.jobs && state.data.jobs.jobs.find((x) => x.job_id === id);
+  if (j && j.status === "queued") { state.selectedJob = id; state.data.explain = null; }
+  if (!j) flash("Job " + id + " is not active any more (it ended): the Jobs view lists queued and running jobs only.");
+  state.focusPending = true;
+  if (location.hash !== "#jobs") { location.hash = "#jobs"; return; } // hashchange shows it
+  renderJobs();
+  focusJobRow();
+  if (state.selectedJob === id) poll();
+}
+
+// focusJobRow moves the focus to the job a link opened, if it is listed.
+function focusJobRow() {
+  if (!state.focusPending) return false;
+  state.focusPending = false;
+  const tr = document.querySelector('#jobs tr[data-job-id="' + CSS.escape(state.focusJob) + '"]');
+  if (!tr) return false;
+  tr.focus();
+  tr.scrollIntoView({ block: "nearest" });
+  return true;
+}
+
+function fmtWindow(sec) {
+  if (!sec) return "hour";
+  if (sec % 3600 === 0) return sec === 3600 ? "hour" : (sec / 3600) + " hours";
+  return fmtAge(sec);
+}
+
+function showBadge() {
+  const b = $("#preempt-badge");
+  const n = state.preemptUnseen;
+  b.hidden = n === 0;
+  const s = n ? n + " new" : "";
+  if (b.textContent !== s) b.textContent = s;
+}
+
+function renderPreemptions() {
+  const p = state.data.preemptions;
+  if (!p) return;
+  const list = p.preemptions || [];
+  // New since the last poll: highlighted, and counted on the tab while
+  // another view shows (not at the first poll: that is the history).
+  const fresh = new Set(state.preemptSeen === null ? [] : list.map((x) => x.entry_id).filter((id) => !state.preemptSeen.has(id)));
+  state.preemptSeen = new Set(list.map((x) => x.entry_id));
+  if (state.view !== "preemptions") state.preemptUnseen += fresh.size;
+  showBadge();
+
+  setText("#preempt-window", fmtWindow(p.window_seconds));
+  setText("#preempt-count", list.length + (p.more ? "+" : ""));
+  setText("#preempt-lost", fmtAge(list.reduce((sum, x) => sum + (x.lost_work_seconds || 0), 0)));
+  setText("#preempt-victims", new Set(list.map((x) => x.victim)).size);
+  const latest = $("#preempt-latest");
+  if (list.length) {
+    latest.classList.add("age");
+    latest.dataset.since = list[0].at;
+    latest.dataset.suffix = " ago";
+    latest.title = fmtTime(list[0].at);
+  } else {
+    latest.classList.remove("age");
+    delete latest.dataset.since;
+    setText("#preempt-latest", "–");
+  }
+  const now = Date.now() / 1000;
+  fill($("#preemptions tbody"), list.map((x) => ({
+    sig: [x.entry_id, fresh.has(x.entry_id)],
+    tr: el("tr", { "data-entry-id": x.entry_id, class: fresh.has(x.entry_id) ? "new" : "" },
+      el("td", { class: "age", "data-since": x.at, "data-suffix": " ago", title: fmtTime(x.at), text: fmtAge(now - x.at) + " ago" }),
+      el("td", { class: "victim", title: "priority " + x.priority }, jobLink(x.victim, "victim:" + x.entry_id)),
+      el("td", { class: "account", text: x.account }),
+      el("td", { class: "preemptor" }, jobLink(x.preemptor, "preemptor:" + x.entry_id)),
+      el("td", { class: "policy", text: x.policy }),
+      el("td", { class: "mode mode-" + x.mode, text: x.mode }),
+      el("td", { class: "node", title: x.provider ? "provider " + x.provider : null, text: x.node }),
+      el("td", { class: "num lost", "data-seconds": x.lost_work_seconds, text: fmtAge(x.lost_work_seconds) }),
+      el("td", { class: "reason", title: x.reason, text: x.reason })),
+  })), "No preemption in the last " + fmtWindow(p.window_seconds) + ". (Preemption is off unless the scheduler's config sets scheduler.preemption.policy.)", 9);
 }
 
 // ---- charts ---------------------------------------------------------------
@@ -396,6 +497,7 @@ async function poll() {
     nodes: "/api/v1/nodes",
     jobs: "/api/v1/jobs?limit=500",
     fairshare: "/api/v1/fairshare",
+    preemptions: "/api/v1/preemptions?limit=100",
   };
   const keys = Object.keys(want);
   const results = await Promise.allSettled(keys.map((k) => api(want[k])));
@@ -433,7 +535,7 @@ async function poll() {
 // their data changes).
 function updateAges() {
   const now = Date.now() / 1000;
-  for (const td of document.querySelectorAll("td.age[data-since]")) {
+  for (const td of document.querySelectorAll(".age[data-since]")) {
     const s = fmtAge(now - Number(td.dataset.since)) + (td.dataset.suffix || "");
     if (td.textContent !== s) td.textContent = s;
   }
@@ -445,6 +547,7 @@ function render() {
   renderJobs();
   renderNodes();
   renderFairShare();
+  renderPreemptions();
   updateAges();
 }
 
@@ -468,6 +571,7 @@ async function drop(entryID) {
 
 function selectJob(id) {
   state.selectedJob = id;
+  state.focusJob = "";
   state.data.explain = null;
   renderJobs();
   poll();
@@ -511,7 +615,17 @@ document.addEventListener("DOMContentLoaded", () => {
     const b = document.querySelector('[data-explain="' + CSS.escape(id) + '"]');
     if (b) b.focus();
   });
-  window.addEventListener("hashchange", () => { showView(location.hash.slice(1)); $("#main").focus(); });
+  window.addEventListener("hashchange", () => {
+    showView(location.hash.slice(1));
+    if (state.view === "jobs" && state.focusPending) {
+      renderJobs();
+      if (focusJobRow()) {
+        if (state.selectedJob === state.focusJob) poll();
+        return;
+      }
+    }
+    $("#main").focus();
+  });
   showView(location.hash.slice(1));
   poll();
 });
