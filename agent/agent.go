@@ -9,7 +9,10 @@
 // outcome the scheduler recorded while it was silent with the true one.
 // An eviction order (preemption) stops a task and records the job
 // cancelled (error code preempted) or back in the queue, as its mode says
-// (checkpoint: SIGUSR1 first, the stop after the order's grace).
+// (checkpoint: SIGUSR1 first, the stop after the order's grace), or, in
+// suspend mode, pauses it in place through the provider's
+// providers.Suspender (the record stays running, with suspended_at) until
+// a resume order (suspend.go).
 //
 // One agent serves one real node (the machine it runs on, local provider)
 // or many virtual ones (the fake-node agent: providers/fake).
@@ -183,6 +186,9 @@ type task struct {
 	// ckSeq is the checkpoint last recorded on the job record while it
 	// runs (checkpointLoop); guarded by Agent.mu.
 	ckSeq int64
+	// suspended: the task is paused in place (suspend.go); guarded by
+	// Agent.mu.
+	suspended bool
 }
 
 // New checks cfg and returns an agent.
@@ -233,6 +239,7 @@ func New(cfg Config) (*Agent, error) {
 		if _, dup := a.nodes[n.Record.Name]; dup {
 			return nil, fmt.Errorf("agent: node %s listed twice", n.Record.Name)
 		}
+		_, n.Record.Suspend = n.Provider.(providers.Suspender) // the scheduler evicts in suspend mode only there
 		a.nodes[n.Record.Name] = n
 		a.names = append(a.names, n.Record.Name)
 	}
@@ -412,8 +419,13 @@ func (a *Agent) order(ctx context.Context, m pool.Message) (bool, *task) {
 		}
 		return true, nil
 	case pool.KindEvict:
+		if m.Mode == pool.EvictSuspend {
+			return a.suspendTask(ctx, m), nil
+		}
 		a.evictTask(ctx, m)
 		return true, nil
+	case pool.KindResume:
+		return a.resumeTask(ctx, m), nil
 	default:
 		return a.start(ctx, m)
 	}
@@ -947,6 +959,7 @@ func (a *Agent) pollTasks(ctx context.Context, ts []*task) {
 // stopTask asks the provider to stop t, without waiting long: the poll
 // loop records the outcome, and retries the stop while the task runs.
 func (a *Agent) stopTask(ctx context.Context, t *task) {
+	a.continueTask(ctx, t) // a paused task must run to take its stop signal
 	a.mu.Lock()
 	if a.stopping == nil {
 		a.stopping = map[*task]bool{}
@@ -1202,7 +1215,7 @@ func (a *Agent) recoverJob(ctx context.Context, node Node, id string) error {
 	if h.Provider == "" {
 		h.Provider = node.Record.Provider
 	}
-	t := &task{rec: rec, node: name, handle: h, prov: node.Provider, lost: lost}
+	t := &task{rec: rec, node: name, handle: h, prov: node.Provider, lost: lost, suspended: rec.SuspendedAt != nil && !lost}
 	a.mu.Lock()
 	a.tasks[id] = t
 	a.mu.Unlock()

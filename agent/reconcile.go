@@ -257,12 +257,22 @@ func (a *Agent) reassertRunning(ctx context.Context, t *task) (bool, error) {
 		return false, err
 	}
 	hb, _ := json.Marshal(t.handle)
+	a.mu.Lock()
+	paused := t.suspended // a suspended task says so again (suspend.go)
+	a.mu.Unlock()
 	switch {
-	case cur.Status == wire.JobRunning && cur.Node == t.node:
+	case cur.Status == wire.JobRunning && cur.Node == t.node && (!paused || cur.SuspendedAt != nil):
 		return false, nil
+	case cur.Status == wire.JobRunning && cur.Node == t.node:
+		if _, err := a.cfg.Jobs.Transition(ctx, t.rec.JobID, wire.JobRunning, wire.JobRunning,
+			jobs.Update{Suspend: true, ExpectNode: t.node}); err != nil {
+			return false, fmt.Errorf("re-assert job %s suspended: %w", t.rec.JobID, err)
+		}
+		a.report(ctx, t.node, t.rec.JobID, pool.EventSuspended, wire.JobRunning)
+		return true, nil
 	case cur.Status == wire.JobQueued:
 		rec, err := a.cfg.Jobs.Transition(ctx, t.rec.JobID, wire.JobQueued, wire.JobRunning,
-			jobs.Update{Node: t.node, Handle: string(hb)})
+			jobs.Update{Node: t.node, Handle: string(hb), Suspend: paused})
 		if err != nil && !(rec.JobID != "" && rec.Status == wire.JobRunning) {
 			return false, fmt.Errorf("re-assert job %s running: %w", t.rec.JobID, err)
 		}
@@ -273,6 +283,9 @@ func (a *Agent) reassertRunning(ctx context.Context, t *task) (bool, error) {
 			return true, err
 		}
 		a.report(ctx, t.node, t.rec.JobID, pool.EventStarted, wire.JobRunning)
+		if paused {
+			a.report(ctx, t.node, t.rec.JobID, pool.EventSuspended, wire.JobRunning)
+		}
 		return true, nil
 	default:
 		// Running elsewhere, or ended: the rollback's second run has

@@ -79,8 +79,8 @@ type Config struct {
 	// Preemption configures evictions (engine.PreemptionConfig; the zero
 	// value is off): the engine may plan to stop running jobs so that a
 	// more urgent one fits, and the scheduler carries the evictions out
-	// (preempt.go). Suspend is not carried out yet: it falls back to
-	// requeue (engine.ResolveMode with LiveModes).
+	// (preempt.go; suspend: suspend.go, only on nodes whose provider can
+	// suspend, else requeue).
 	Preemption engine.PreemptionConfig
 	// PreemptGrace is how long a victim evicted in checkpoint mode has
 	// between SIGUSR1 and its stop (default 30 s).

@@ -184,6 +184,12 @@ func (s *fakeStore) transition(by, id string, from, to wire.JobStatus, u jobs.Up
 	if to.Terminal() {
 		j.FinishedAt = &now
 	}
+	switch { // as jobs.Transition
+	case u.Suspend && to == wire.JobRunning:
+		j.SuspendedAt = &now
+	case u.Resume || from == wire.JobRunning && to != wire.JobRunning:
+		j.SuspendedAt = nil
+	}
 	j.Status = to
 	j.UpdatedAt = now
 	j.Version++
@@ -279,6 +285,16 @@ func (f *fakeNodes) add(n inventory.Node) {
 	f.live[n.Name] = true
 }
 
+// setSuspend marks the node's provider as one that can suspend tasks (the
+// record's Suspend, as an agent over a providers.Suspender registers it).
+func (f *fakeNodes) setSuspend(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := f.states[name]
+	st.Suspend = true
+	f.states[name] = st
+}
+
 // silence stops the node's heartbeats (its LastBeat stays where it is).
 func (f *fakeNodes) silence(name string) {
 	f.mu.Lock()
@@ -340,6 +356,8 @@ type fakeOrders struct {
 	assigns   []pool.Assignment
 	stops     []stopOrder
 	evicts    []evictOrder
+	resumes   []stopOrder // resume orders (node, job, reason)
+	resumeErr error       // what the next resume orders get
 	nodeJobs  map[string]map[string]bool
 	fenced    bool
 	fencedTry int              // writes attempted while fenced
@@ -425,6 +443,26 @@ func (o *fakeOrders) Evict(_ context.Context, _ pool.Fence, node, jobID string, 
 	}
 	o.evicts = append(o.evicts, evictOrder{node, jobID, e})
 	return nil
+}
+
+func (o *fakeOrders) Resume(_ context.Context, _ pool.Fence, node, jobID, reason string) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.fenced {
+		o.fencedTry++
+		return fmt.Errorf("fake: resume %s: %w", jobID, pool.ErrFenced)
+	}
+	if o.resumeErr != nil {
+		return o.resumeErr
+	}
+	o.resumes = append(o.resumes, stopOrder{node, jobID, reason})
+	return nil
+}
+
+func (o *fakeOrders) resumeOrders() []stopOrder {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.resumes)
 }
 
 func (o *fakeOrders) evictOrders() []evictOrder {

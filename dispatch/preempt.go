@@ -1,9 +1,11 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -41,15 +43,32 @@ import (
 //     waits in the queue again; the victims, in their cool-down, are not
 //     chosen again at once).
 //
-// Victims are only running jobs (an assigned job not started yet, or one
-// being evicted, is never a candidate). Suspend is not carried out: the
-// running jobs offer LiveModes, so a job that asks for suspend is
-// requeued (engine.ResolveMode). The engine's State, with its record of
-// evictions (budgets, cool-downs), is the scheduler's checkpoint, as ever.
+// Victims are only running jobs (an assigned job not started yet, one
+// being evicted, or a suspended one, is never a candidate). The engine's
+// State, with its record of evictions (budgets, cool-downs), is the
+// scheduler's checkpoint, as ever.
+//
+// Suspend (suspend.go). A running job offers the engine LiveModes, plus
+// suspend when its node's provider can pause a task in place (the node
+// record's Suspend: providers.Suspender); elsewhere a job that asks for
+// suspend falls back to requeue (engine.ResolveMode), and its eviction's
+// reason says so. A suspended job keeps its node, its memory and its
+// devices (GPUs, MIG instances, storage): only its CPU goes to the
+// preemptor, so a suspend eviction is ordered only if the preemptor then
+// fits beside what the suspended victims keep (else they are requeued,
+// the reason saying why). The agent pauses the task and stamps the record
+// (still running, suspended_at set) and reports "suspended"; the
+// scheduler then holds the job's pin (its request without CPU) in the
+// ledger, leaves it out of the engine's input, and resumes it on the same
+// node (a fenced resume order) once its whole request fits there again
+// and no preemptor waits on the node.
 
-// LiveModes are the eviction modes the scheduler carries out. Suspend is
-// missing: it needs a resume path the engine does not plan yet.
-var LiveModes = []engine.EvictionMode{engine.ModeCancel, engine.ModeRequeue, engine.ModeCheckpoint}
+// LiveModes are the eviction modes the scheduler carries out on any node;
+// suspendModes adds suspend, for the jobs of nodes that can suspend.
+var (
+	LiveModes    = []engine.EvictionMode{engine.ModeCancel, engine.ModeRequeue, engine.ModeCheckpoint}
+	suspendModes = []engine.EvictionMode{engine.ModeCancel, engine.ModeRequeue, engine.ModeCheckpoint, engine.ModeSuspend}
+)
 
 // Eviction is one eviction the scheduler ordered.
 type Eviction struct {
@@ -87,6 +106,8 @@ func orderModeOf(m engine.EvictionMode) string {
 		return pool.EvictCancel
 	case engine.ModeCheckpoint:
 		return pool.EvictCheckpoint
+	case engine.ModeSuspend:
+		return pool.EvictSuspend
 	}
 	return pool.EvictRequeue
 }
@@ -102,19 +123,16 @@ func (s *Scheduler) takeEvictionsLocked(plan *engine.Plan) ([]Eviction, map[stri
 	holds := map[string]*preemptHold{}
 	for _, e := range plan.Evictions {
 		v, ok := s.jobs_[e.JobID]
-		if !ok || v.phase != PhaseRunning || v.node() != e.Node || v.evicting != nil {
+		if !ok || v.phase != PhaseRunning || v.node() != e.Node || v.evicting != nil || v.suspended || v.resuming {
 			continue
 		}
-		mode := engine.ResolveMode(e.Mode, LiveModes)
+		mode := engine.ResolveMode(e.Mode, s.modesLocked(e.Node))
 		ev := Eviction{JobID: e.JobID, Preemptor: e.Preemptor, Node: e.Node, Account: v.ej.Account, Priority: v.ej.Priority,
 			Policy: e.Policy, Mode: mode, Reason: e.Reason, At: plan.Now}
-		since := v.started
-		if c := s.lastCheckpointLocked(e.JobID); mode != engine.ModeCancel && c.After(since) {
-			since = c // it resumes from there
+		if want := cmp.Or(v.ej.PreemptMode, s.cfg.Preemption.DefaultMode, engine.ModeRequeue); want == engine.ModeSuspend && mode != want {
+			ev.Reason += fmt.Sprintf("; suspend not possible: node %s's provider cannot suspend (%s instead)", e.Node, mode)
 		}
-		if !since.IsZero() && plan.Now.After(since) {
-			ev.LostWork = plan.Now.Sub(since).Seconds()
-		}
+		ev.LostWork = s.lostWorkLocked(v, mode, plan.Now)
 		v.evicting = &ev
 		h := holds[e.Preemptor]
 		if h == nil {
@@ -129,7 +147,25 @@ func (s *Scheduler) takeEvictionsLocked(plan *engine.Plan) ([]Eviction, map[stri
 			h.expl = ex
 		}
 	}
+	s.checkSuspendsLocked(plan, evs)
 	return evs, holds
+}
+
+// lostWorkLocked is the work evicting v in mode loses at now, in seconds
+// (s.mu held): none when suspended; else its run time since its start or,
+// unless it is cancelled, its last verified checkpoint.
+func (s *Scheduler) lostWorkLocked(v *tracked, mode engine.EvictionMode, now time.Time) float64 {
+	if mode == engine.ModeSuspend {
+		return 0 // it goes on where it stopped
+	}
+	since := v.started
+	if c := s.lastCheckpointLocked(v.id()); mode != engine.ModeCancel && c.After(since) {
+		since = c // it resumes from there
+	}
+	if !since.IsZero() && now.After(since) {
+		return now.Sub(since).Seconds()
+	}
+	return 0
 }
 
 // orderEvictions sends the eviction orders, writes each eviction on its
@@ -244,6 +280,9 @@ func (s *Scheduler) placeWaitingLocked(now time.Time) ([]pool.Assignment, []*tra
 		}
 		released := true
 		for _, v := range h.victims {
+			if vt := s.jobs_[v]; vt != nil && vt.suspended {
+				continue // paused: what it keeps is not the preemptor's (checkSuspendsLocked)
+			}
 			if a, ok := s.ledger.Allocation(v); ok && a.Node == h.p.Node {
 				released = false
 				break

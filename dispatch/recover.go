@@ -91,6 +91,8 @@ func (s *Scheduler) adopt(ctx context.Context) error {
 			fresh = append(fresh, j) // requeued while its report was missed
 		case t.phase != PhaseRunning && j.Status == wire.JobRunning:
 			started = append(started, j) // its report was missed
+		case j.Status == wire.JobRunning && j.Node == t.node():
+			s.syncSuspendLocked(t, j) // a suspend or resume whose report was missed
 		}
 	}
 	// Tracked jobs no longer active ended while their reports were missed.
@@ -182,6 +184,11 @@ func (s *Scheduler) adopt(ctx context.Context) error {
 			t.started = epochOr(j.StartedAt, s.cfg.Clock.Now())
 			s.hold(t, j.Node, pl.GPUs, pl.MIG, pl.NUMA, PhaseRunning)
 			t.placement = &pl
+			if j.SuspendedAt != nil {
+				s.mu.Lock()
+				s.pinLocked(t) // suspended in an earlier term: it keeps its pin
+				s.mu.Unlock()
+			}
 			if withdrawn[j.JobID] {
 				s.OnCancel(j.JobID)
 			}

@@ -51,6 +51,12 @@ type tracked struct {
 	// end (see preempt.go).
 	evicting *Eviction
 	hold     *preemptHold
+	// suspended: a running job its agent paused in place (an eviction in
+	// suspend mode); the ledger holds only its pin (suspend.go).
+	// resuming: a resume order was sent; the record still says suspended
+	// until the agent has resumed it.
+	suspended bool
+	resuming  bool
 }
 
 // id is the job's ID.
@@ -489,6 +495,8 @@ func (s *Scheduler) applyReports(ctx context.Context, rs []pool.Report) error {
 			}
 		case r.Event == pool.EventRefused && t.phase == PhaseAssigned && r.Node == t.node():
 			look = append(look, r.JobID)
+		case r.Event == pool.EventSuspended || r.Event == pool.EventResumed:
+			look = append(look, r.JobID) // the record says which (syncSuspendLocked)
 		}
 		s.mu.Unlock()
 	}
@@ -539,6 +547,8 @@ func (s *Scheduler) reload(ctx context.Context, ids []string) error {
 			// came after the scheduler took that assignment back): it
 			// holds that node's resources from now on.
 			needPlacement = append(needPlacement, rec)
+		case ok && rec.Status == wire.JobRunning:
+			s.syncSuspendLocked(t, rec)
 		case ok && rec.Status == wire.JobQueued && t.phase == PhaseAssigned && rec.Node != t.node():
 			s.setPhaseLocked(t, PhasePending)
 		case ok && rec.Status == wire.JobQueued && t.phase == PhaseAssigned:
@@ -589,6 +599,10 @@ func (s *Scheduler) holdStarted(ctx context.Context, recs []jobs.Job) error {
 		t.started = epochOr(rec.StartedAt, s.cfg.Clock.Now())
 		s.hold(t, rec.Node, pl.GPUs, pl.MIG, pl.NUMA, PhaseRunning)
 		t.placement = &pl
+		s.mu.Lock()
+		t.suspended, t.resuming = false, false
+		s.syncSuspendLocked(t, rec)
+		s.mu.Unlock()
 	}
 	return nil
 }
@@ -666,11 +680,16 @@ func (s *Scheduler) applyCancels(ctx context.Context) (bool, error) {
 // and explanations of the new jobs.
 func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 	// Preemptors whose victims ended take their room first (preempt.go).
+	// Then suspended jobs whose room is free again resume (suspend.go).
 	s.mu.Lock()
 	was, wts := s.placeWaitingLocked(s.cfg.Clock.Now())
+	resumes := s.resumeLocked()
 	s.mu.Unlock()
-	waited := len(was) > 0
+	waited := len(was) > 0 || len(resumes) > 0
 	if err := s.assign(ctx, was, wts); err != nil {
+		return waited, err
+	}
+	if err := s.sendResumes(ctx, resumes); err != nil {
 		return waited, err
 	}
 	s.mu.Lock()
@@ -894,9 +913,12 @@ func (s *Scheduler) snapshotLocked() engine.Snapshot {
 			}
 			continue
 		}
+		if t.suspended {
+			continue // holds only its pin, already in the nodes' view; neither running nor a victim
+		}
 		r := engine.Running{Job: t.ej, Started: t.started}
 		r.LastCheckpoint = s.lastCheckpointLocked(id)
-		r.PreemptModes = LiveModes
+		r.PreemptModes = s.modesLocked(t.node())
 		if t.phase != PhaseRunning || t.evicting != nil {
 			r.NonPreemptible = true // only a started job is a victim, and only once
 		}

@@ -41,6 +41,7 @@ type Orders interface {
 	Assign(ctx context.Context, f pool.Fence, as []pool.Assignment) []error
 	Stop(ctx context.Context, f pool.Fence, node, jobID, reason string) error
 	Evict(ctx context.Context, f pool.Fence, node, jobID string, e pool.Eviction) error
+	Resume(ctx context.Context, f pool.Fence, node, jobID, reason string) error
 	NodeJobs(ctx context.Context, node string) ([]string, error)
 	Placements(ctx context.Context, jobIDs []string) (map[string]providers.Placement, error)
 	LastReport(ctx context.Context) (string, error)

@@ -32,6 +32,13 @@ type Job struct {
 	// into the job entry.
 	Checkpoint        *Checkpoint `json:"checkpoint,omitempty"`
 	CheckpointRefused *Checkpoint `json:"checkpoint_refused,omitempty"`
+	// SuspendedAt, while the job is running but paused in place (an
+	// eviction in suspend mode: its process stopped on its node, keeping
+	// its memory), is when it was paused, epoch seconds; nil otherwise.
+	// Record field "suspended_at" (empty when not suspended), cleared by
+	// Update.Resume and by any transition out of running; not mirrored
+	// into the job entry (the entry's status stays running).
+	SuspendedAt *float64 `json:"suspended_at,omitempty"`
 }
 
 // Checkpoint is one checkpoint of a job (see Job.Checkpoint).
@@ -66,6 +73,10 @@ type Update struct {
 	Checkpoint        *Checkpoint
 	CheckpointRefused *Checkpoint
 	NoCheckpoint      bool
+	// Suspend sets suspended_at to now (a running job paused in place);
+	// Resume clears it. A transition out of running clears it too.
+	Suspend bool
+	Resume  bool
 }
 
 // recordPairs encodes the record fields of j (all but request) as HASH
@@ -179,6 +190,9 @@ func decodeRecord(h map[string]string) (Job, error) {
 				*dst = nil // a note, not worth refusing the record over
 			}
 		}
+	}
+	if s := h["suspended_at"]; s != "" {
+		j.SuspendedAt = flt("suspended_at")
 	}
 	j.CancelRequested = h["cancel_requested"] == "1"
 	if j.JobID == "" || !j.Status.Valid() {

@@ -23,7 +23,8 @@ const (
 // one gets ErrConflict; with u.ExpectNode the record must also name that
 // node), sets u's fields and the timestamps (started_at and attempt+1 when
 // the job starts, that is moves to running from another status;
-// finished_at on a terminal status), then mirrors the record into the
+// finished_at on a terminal status; suspended_at with u.Suspend, cleared
+// with u.Resume or when the job leaves running), then mirrors the record into the
 // job's compute.job entry and its duplicates' entries, and raises
 // compute.job.finished when the job ends.
 //
@@ -49,6 +50,12 @@ func (s *Store) Transition(ctx context.Context, jobID string, from, to wire.JobS
 	}
 	if to.Terminal() {
 		fields = append(fields, "finished_at", now)
+	}
+	switch {
+	case u.Suspend && to == wire.JobRunning:
+		fields = append(fields, "suspended_at", now)
+	case u.Resume || from == wire.JobRunning && to != wire.JobRunning:
+		fields = append(fields, "suspended_at", "")
 	}
 	fields = append(fields, updatePairs(u)...)
 	// The script builds the request entry's and the idempotency key's names

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -296,4 +297,44 @@ func TestActivePage(t *testing.T) {
 	check(wire.JobRunning, 2, 3, ids[0], ids[2])
 	check(wire.JobQueued, 10, 2, ids[1], ids[3])
 	check(wire.JobSucceeded, 10, 0)
+}
+
+// TestTransitionSuspended: Update.Suspend stamps suspended_at on a running
+// record (the status stays running, the attempt is not counted again),
+// Update.Resume clears it, and a transition out of running clears it too;
+// the job entry never holds it.
+func TestTransitionSuspended(t *testing.T) {
+	bd := newBoard(t)
+	s := bd.jobs
+	ctx := t.Context()
+	j, _ := bd.accept(t, s, bd.post(t, "m", okData))
+	if _, err := s.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, Update{Node: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Transition(ctx, j.JobID, wire.JobRunning, wire.JobRunning, Update{Suspend: true, ExpectNode: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.SuspendedAt == nil || *got.SuspendedAt <= 0 || got.Status != wire.JobRunning || got.Attempt != 1 {
+		t.Fatalf("suspended record: suspended_at %v, status %s, attempt %d; want set, running, 1", got.SuspendedAt, got.Status, got.Attempt)
+	}
+	if r, _ := s.Get(ctx, j.JobID); r.SuspendedAt == nil {
+		t.Error("Get: suspended_at not read back")
+	}
+	e, err := bd.store.Get(ctx, j.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(e.Data), "suspended") {
+		t.Errorf("the job entry holds suspended_at: %s", e.Data)
+	}
+	if got, err = s.Transition(ctx, j.JobID, wire.JobRunning, wire.JobRunning, Update{Resume: true}); err != nil || got.SuspendedAt != nil {
+		t.Fatalf("resumed record: suspended_at %v (%v), want nil", got.SuspendedAt, err)
+	}
+	if _, err := s.Transition(ctx, j.JobID, wire.JobRunning, wire.JobRunning, Update{Suspend: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = s.Transition(ctx, j.JobID, wire.JobRunning, wire.JobQueued, Update{}); err != nil || got.SuspendedAt != nil {
+		t.Errorf("requeued record: suspended_at %v (%v), want nil", got.SuspendedAt, err)
+	}
 }

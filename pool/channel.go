@@ -27,21 +27,35 @@ const (
 	// Mode and, for checkpoint, Grace set): preemption. Unlike a stop it
 	// says what the job becomes: cancelled (EvictCancel), or queued again
 	// (EvictRequeue; EvictCheckpoint signals the task first and stops it
-	// after Grace).
+	// after Grace; EvictSuspend pauses it in place: it stays running, on
+	// its node, until a KindResume order).
 	KindEvict = "evict"
+	// KindResume continues a job's task that an EvictSuspend order paused
+	// (Reason set).
+	KindResume = "resume"
 )
 
 // Eviction modes of a KindEvict order (engine.EvictionMode's values that
-// the agent carries out; suspend is not one of them yet).
+// the agent carries out).
 const (
 	EvictCancel     = "cancel"
 	EvictRequeue    = "requeue"
 	EvictCheckpoint = "checkpoint"
+	EvictSuspend    = "suspend" // only on a node whose record says Suspend
 )
+
+// validEvictMode reports whether m is one of the eviction modes.
+func validEvictMode(m string) bool {
+	switch m {
+	case EvictCancel, EvictRequeue, EvictCheckpoint, EvictSuspend:
+		return true
+	}
+	return false
+}
 
 // Eviction is what a KindEvict order says besides its job.
 type Eviction struct {
-	Mode   string        // EvictCancel, EvictRequeue or EvictCheckpoint
+	Mode   string        // EvictCancel, EvictRequeue, EvictCheckpoint or EvictSuspend
 	Reason string        // for humans: by which job, under which policy
 	Grace  time.Duration // EvictCheckpoint: how long the task has after the signal
 }
@@ -59,8 +73,8 @@ type Message struct {
 	Kind      string
 	JobID     string
 	Placement providers.Placement // KindStart
-	Reason    string              // KindStop, KindEvict
-	Mode      string              // KindEvict: EvictCancel, EvictRequeue or EvictCheckpoint
+	Reason    string              // KindStop, KindEvict, KindResume
+	Mode      string              // KindEvict: EvictCancel, EvictRequeue, EvictCheckpoint or EvictSuspend
 	Grace     time.Duration       // KindEvict with EvictCheckpoint
 	Err       error               // a malformed message (acknowledge and drop it)
 }
@@ -151,9 +165,7 @@ func (c *Channel) Stop(ctx context.Context, f Fence, node, jobID, reason string)
 // another (fenced): the job then ends cancelled or goes back to the queue,
 // as e.Mode says.
 func (c *Channel) Evict(ctx context.Context, f Fence, node, jobID string, e Eviction) error {
-	switch e.Mode {
-	case EvictCancel, EvictRequeue, EvictCheckpoint:
-	default:
+	if !validEvictMode(e.Mode) {
 		return fmt.Errorf("pool: evict %s on %s: unknown mode %q", jobID, node, e.Mode)
 	}
 	n, err := scriptOrder.Run(ctx, c.rdb, []string{f.Key, c.keys.NodeAssign(node)}, f.Epoch, KindEvict, jobID, e.Reason,
@@ -163,6 +175,19 @@ func (c *Channel) Evict(ctx context.Context, f Fence, node, jobID string, e Evic
 	}
 	if n != 1 {
 		return fmt.Errorf("pool: evict %s on %s: %w", jobID, node, ErrFenced)
+	}
+	return nil
+}
+
+// Resume orders node's agent to continue the job's task, paused by an
+// EvictSuspend eviction (fenced).
+func (c *Channel) Resume(ctx context.Context, f Fence, node, jobID, reason string) error {
+	n, err := scriptOrder.Run(ctx, c.rdb, []string{f.Key, c.keys.NodeAssign(node)}, f.Epoch, KindResume, jobID, reason).Int()
+	if err != nil {
+		return fmt.Errorf("pool: resume %s on %s: %w", jobID, node, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("pool: resume %s on %s: %w", jobID, node, ErrFenced)
 	}
 	return nil
 }
@@ -235,14 +260,12 @@ func decodeMessage(node string, m redis.XMessage) Message {
 		if err := json.Unmarshal([]byte(str("placement")), &msg.Placement); err != nil {
 			msg.Err = fmt.Errorf("order %s on node %s: placement: %w", m.ID, node, err)
 		}
-	case msg.Kind == KindStop:
+	case msg.Kind == KindStop, msg.Kind == KindResume:
 	case msg.Kind == KindEvict:
 		msg.Mode = str("mode")
 		ms, _ := strconv.ParseInt(str("grace_ms"), 10, 64)
 		msg.Grace = time.Duration(ms) * time.Millisecond
-		switch msg.Mode {
-		case EvictCancel, EvictRequeue, EvictCheckpoint:
-		default:
+		if !validEvictMode(msg.Mode) {
 			msg.Err = fmt.Errorf("order %s on node %s: unknown eviction mode %q", m.ID, node, msg.Mode)
 		}
 	default:
@@ -333,6 +356,11 @@ const (
 	EventEnded    = "ended"    // the job reached a terminal status, or went back to the queue
 	EventRefused  = "refused"  // the agent did not start the job (not queued any more, or moved elsewhere)
 	EventCorrects = "corrects" // a job ended lost got its true outcome
+	// EventSuspended: the job's task is paused in place (an EvictSuspend
+	// eviction; the record still running, with suspended_at);
+	// EventResumed: it runs again (a KindResume order).
+	EventSuspended = "suspended"
+	EventResumed   = "resumed"
 )
 
 // Report is one agent → scheduler notice. The job record is the truth; a

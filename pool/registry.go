@@ -23,6 +23,10 @@ type NodeRecord struct {
 	// Confined lists the controls the node's provider enforces on each
 	// task ("cpu", "memory", "cpuset", "kill"); absent ones are not claimed.
 	Confined []string `json:"confined,omitempty"`
+	// Suspend says the node's provider can pause a task in place and
+	// resume it (providers.Suspender): the scheduler evicts in suspend
+	// mode only there (elsewhere such a victim is requeued).
+	Suspend bool `json:"suspend,omitempty"`
 	// Unhealthy, when set, says why the node took itself out of
 	// scheduling (its provider failed several starts in a row: a full or
 	// read-only disk, say); the scheduler places nothing on it until its

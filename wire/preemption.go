@@ -19,7 +19,8 @@ type PreemptionData struct {
 	Policy    string `json:"policy"` // priority, fair-share, deadline-aware, resource-based, cost-based, hybrid
 	// Mode is what becomes of the victim: cancel (it ends cancelled,
 	// error.code preempted), requeue (back to the queue), checkpoint
-	// (signalled, then requeued).
+	// (signalled, then requeued), suspend (paused in place on its node,
+	// still running, resumed there later).
 	Mode   string `json:"mode"`
 	Reason string `json:"reason"`
 	// LostWorkSeconds estimates the work thrown away: the victim's run

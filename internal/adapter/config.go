@@ -151,7 +151,8 @@ type Template struct {
 	// PreemptMode is how this template's jobs are evicted: cancel,
 	// requeue, checkpoint (SIGUSR1, then the stop after
 	// scheduler.preemption.checkpoint_grace, then requeue) or suspend
-	// (carried out as requeue for now); default
+	// (paused in place and resumed on its node; requeue where the node's
+	// provider cannot suspend); default
 	// scheduler.preemption.default_mode.
 	PreemptMode string `yaml:"preempt_mode"`
 
@@ -272,7 +273,8 @@ type PreemptionConfig struct {
 	MaxVictims    int `yaml:"max_victims"`
 	MaxPreemptors int `yaml:"max_preemptors"`
 	// DefaultMode of victims whose template names none: requeue (default),
-	// cancel, checkpoint or suspend (carried out as requeue for now).
+	// cancel, checkpoint or suspend (requeue where the node's provider
+	// cannot suspend).
 	DefaultMode string `yaml:"default_mode"`
 	// HybridWeights weigh the hybrid policy's scores (default 1 each).
 	HybridWeights HybridWeights `yaml:"hybrid_weights"`
