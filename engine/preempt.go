@@ -95,8 +95,11 @@ import (
 // supported mode of its fallback chain is used: checkpoint → requeue →
 // cancel; suspend → requeue → cancel; requeue → cancel. Cancel is always
 // possible. The engine only records the mode; the caller stops the job.
-// The engine treats every mode as freeing all of the victim's resources
-// (suspend: the provider swaps the job out).
+// The engine treats every mode as freeing all of the victim's resources.
+// For suspend that is the plan's upper bound, not what happens: a paused
+// process keeps its memory and devices, so the live scheduler
+// (dispatch/suspend.go) checks that the preemptor fits beside them and
+// turns the eviction into a requeue where it would not.
 
 // CriticalLevel is the lowest level of the CRITICAL band (the wire format
 // maps the CRITICAL entry priority to 8): such jobs are evicted only for a
@@ -132,7 +135,7 @@ type EvictionMode string
 const (
 	ModeCancel     EvictionMode = "cancel"     // stop it for good
 	ModeRequeue    EvictionMode = "requeue"    // stop it and put it back in the queue (work since its last checkpoint is lost)
-	ModeSuspend    EvictionMode = "suspend"    // pause it and hand its resources back; it resumes with its progress
+	ModeSuspend    EvictionMode = "suspend"    // pause it in place, its CPU handed over; it resumes on its node with its progress
 	ModeCheckpoint EvictionMode = "checkpoint" // checkpoint, stop, requeue; it restarts from the checkpoint
 )
 
