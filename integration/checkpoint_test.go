@@ -153,10 +153,12 @@ broker:
 			t.Errorf("record's checkpoint_refused %+v, want seq 1 refused for its sha256", r)
 		}
 	}
-	// Done: its checkpoints are gone.
-	if _, err := os.Stat(filepath.Join(ckdir, id)); !os.IsNotExist(err) {
-		t.Errorf("checkpoint directory of a finished job: %v", err)
-	}
+	// Done: its checkpoints are gone (the agent removes them just after it
+	// records the end, so the record may say so a moment before).
+	eventually(t, 10*time.Second, "the finished job's checkpoint directory removed", func() bool {
+		_, err := os.Stat(filepath.Join(ckdir, id))
+		return os.IsNotExist(err)
+	})
 }
 
 var checkpointLine = regexp.MustCompile(`(?m)^checkpoint 1 at (\d+) \(signal\)$`)
