@@ -20,7 +20,7 @@ build: ## Build bin/adapter and bin/cb-supervisor (each job's supervisor; the ad
 run: build ## Run the adapter on the embedded blackboard (nothing else needed)
 	bin/adapter serve --config $(CONFIG)
 
-deps: ## Install what the tests need (redis-server, gcc, python3-redis, chromium, Slurm) if missing
+deps: ## Install what the tests need (redis-server, gcc, python3-redis, chromium, Slurm; the Kubernetes control plane, built once) if missing
 	@scripts/ensure-deps.sh
 
 test: deps ## Install what is missing, then run every test with the race detector

@@ -48,6 +48,7 @@ import (
 // templates or allowlist.
 type Command struct {
 	Argv    []string
+	Image   string // the template's container image, for container backends
 	Env     map[string]string
 	User    string
 	Timeout time.Duration // 0 = none
@@ -113,9 +114,13 @@ type Config struct {
 	// RunAs is the user a task runs as when its command names none (""
 	// = the agent's own, or "nobody" as root): its checkpoint directory
 	// is made that user's.
-	RunAs  string
-	Clock  clock.Clock
-	Logger *slog.Logger
+	RunAs string
+	// Inventories, by provider name, are read again while the agent runs
+	// (refresh.go): nodes added, changed, or out of scheduling as their
+	// provider says. nil: the nodes stay as given.
+	Inventories map[string]Inventory
+	Clock       clock.Clock
+	Logger      *slog.Logger
 }
 
 // Agent serves its nodes until its context ends.
@@ -283,6 +288,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error { return a.orders(gctx) })
 	g.Go(func() error { return a.pollLoop(gctx) })
 	g.Go(func() error { return a.probeLoop(gctx) })
+	if len(a.cfg.Inventories) > 0 {
+		g.Go(func() error { return a.refreshLoop(gctx) })
+	}
 	if a.cfg.CheckpointDir != "" {
 		g.Go(func() error { return a.checkpointLoop(gctx) })
 	}
@@ -543,12 +551,15 @@ func (a *Agent) launch(ctx context.Context, node Node, rec jobs.Job, pl provider
 		return nil
 	}
 	t := providers.Task{
-		ID:      TaskID(rec.JobID, rec.Attempt),
-		Argv:    cmd.Argv,
-		Env:     a.checkpointEnv(jobEnv(cmd.Env, rec, name), rec, firstNonEmpty(cmd.User, a.cfg.RunAs)),
-		User:    cmd.User,
-		Timeout: cmd.Timeout,
-		Payload: rec.Request.Payload,
+		ID:       TaskID(rec.JobID, rec.Attempt),
+		Argv:     cmd.Argv,
+		Template: rec.Request.Template, // Resolve takes the template when one is named
+		Image:    cmd.Image,
+		Priority: rec.Request.Priority,
+		Env:      a.checkpointEnv(jobEnv(cmd.Env, rec, name), rec, firstNonEmpty(cmd.User, a.cfg.RunAs)),
+		User:     cmd.User,
+		Timeout:  cmd.Timeout,
+		Payload:  rec.Request.Payload,
 		Resources: providers.Resources{
 			CPUCores:    rec.Request.Resources.CPUCores,
 			MemoryBytes: int64(rec.Request.Resources.MemoryGB * (1 << 30)),

@@ -38,6 +38,17 @@ type Task struct {
 	// from an operator template or allowlist; it is never looked up on PATH
 	// and never passed to a shell.
 	Argv []string
+	// Template names the operator template Argv came from; empty when it
+	// came from the allowlist (a request's own command line). A backend
+	// may run only templates (providers/kube, by default).
+	Template string
+	// Image is the container image a container backend runs Argv in (the
+	// template's image); empty means the provider's default. Backends that
+	// run on the host ignore it.
+	Image string
+	// Priority is the job's priority, 0..9, 9 most urgent, for backends
+	// that rank work themselves (providers/kube: a PriorityClass).
+	Priority int
 	// Env is the task's environment, laid over the provider's base
 	// environment. Providers add COMPUTEBOARD_PAYLOAD (see Payload).
 	Env map[string]string

@@ -16,6 +16,19 @@
 # and CPU with E2E_PENDING (default 10000) unplaceable pending jobs against
 # asynq's pending tasks and an idle adapter (CPU sampled over E2E_SECS,
 # default 10).
+# BENCH_ONLY=slurm runs only the Slurm provider part (cmd/providerbench: a
+# real single-node Slurm with slurmrestd, started for the run; needs root
+# and the Slurm packages): SLURM_N (default 200) trivial jobs (on a node of 256 slots: all can start at once) submitted by
+# `sbatch` in a loop against the same jobs posted through the blackboard
+# to an adapter whose provider is that partition, over each transport (cli,
+# rest), started/s and the overhead per job; and submit→job started one
+# job at a time (SLURM_LATENCY_N, default 30), sbatch against post.
+# BENCH_ONLY=kube runs only the Kubernetes provider part (cmd/kubebench: a
+# real control plane with kwok's fake nodes, from scripts/k8s-build.sh):
+# KUBE_N (default 200) Jobs created through client-go in a loop against the
+# same jobs posted through the blackboard to an adapter whose provider is
+# that cluster, Pods Running/s and the overhead per job; and submit→Pod
+# Running one job at a time (KUBE_LATENCY_N, default 30).
 # These machines are noisy: read ratios, not absolute numbers, and run it
 # twice before believing a change.
 set -euo pipefail
@@ -94,6 +107,102 @@ e2erun() { # a real adapter end to end (cmd/e2ebench), next to fork/exec and asy
   trap - EXIT
 }
 
+slurmrun() { # computeboard over Slurm (cmd/providerbench) next to sbatch in a loop, same cluster, same run
+  local bin=$PWD/$out/bin
+  mkdir -p "$bin"
+  if [ "$(id -u)" -ne 0 ] || ! { [ -x /usr/sbin/slurmctld ] || command -v slurmctld >/dev/null; }; then
+    echo "slurm: not measured: needs root and Slurm (apt-get install -y munge slurmctld slurmd slurm-client slurmrestd)" | tee "$out/slurm.txt" >&2
+    return 0
+  fi
+  echo "== slurm: building cmd/adapter and cmd/providerbench" >&2
+  $GO build -o "$bin/adapter" ./cmd/adapter
+  $GO build -o "$bin/providerbench" ./cmd/providerbench
+  slurm_dir=$(mktemp -d)
+  redis-server --port 0 --unixsocket "$slurm_dir/r.sock" --save "" --appendonly no >"$slurm_dir/redis.log" 2>&1 &
+  slurm_pid=$!
+  trap 'kill "$slurm_pid" 2>/dev/null; wait "$slurm_pid" 2>/dev/null; rm -rf "$slurm_dir"' EXIT
+  for _ in $(seq 100); do [ -S "$slurm_dir/r.sock" ] && break; sleep 0.05; done
+  "$bin/providerbench" -network unix -redis "$slurm_dir/r.sock" -adapter "$bin/adapter" -n "$SLURM_N" -latency-n "$SLURM_LATENCY_N" | tee "$out/slurm.txt" >&2
+  kill "$slurm_pid"; wait "$slurm_pid" 2>/dev/null || true
+  rm -rf "$slurm_dir"
+  trap - EXIT
+}
+SLURM_N=${SLURM_N:-200}
+SLURM_LATENCY_N=${SLURM_LATENCY_N:-30}
+# skv SIDE PART KEY [TRANSPORT]: the value of KEY on slurm.txt's line for that side, part (and transport).
+skv() {
+  awk -v side="side=$1" -v part="part=$2" -v key="$3" -v tr="transport=${4:-}" '
+    { s = p = t = 0; for (i = 1; i <= NF; i++) { if ($i == side) s = 1; if ($i == part) p = 1; if ($i == tr || tr == "transport=") t = 1 } }
+    s && p && t { for (i = 1; i <= NF; i++) if (index($i, key "=") == 1) { print substr($i, length(key) + 2); exit } }' "$out/slurm.txt"
+}
+slurm_summary() {
+  if ! grep -q '^side=' "$out/slurm.txt" 2>/dev/null; then cat "$out/slurm.txt"; return 0; fi
+  echo "slurm: a real single-node Slurm ($(skv sbatch throughput slots) slots), trivial jobs as nobody; sbatch in a loop against posts through the blackboard to an adapter over it:"
+  printf 'slurm sbatch loop: %s submits/s; %s jobs started/s (%s jobs); submit→started one at a time p50 %s ms, p99 %s ms\n' \
+    "$(skv sbatch throughput submit_per_s)" "$(skv sbatch throughput started_per_s)" "$(skv sbatch throughput n)" \
+    "$(skv sbatch latency submit_to_started_p50_ms)" "$(skv sbatch latency submit_to_started_p99_ms)"
+  for tr in cli rest; do
+    grep -q "transport=$tr" "$out/slurm.txt" || continue
+    printf 'slurm computeboard over %-4s: %s jobs started/s = x%s sbatch'"'"'s (overhead %s ms per job = %s%% of sbatch'"'"'s; aim < 20%%); post→started p50 %s ms, p99 %s ms (overhead p50 %s ms, x%s)\n' \
+      "$tr" "$(skv computeboard throughput started_per_s $tr)" "$(skv computeboard throughput ratio $tr)" "$(skv computeboard throughput overhead_ms_per_job $tr)" "$(skv computeboard throughput overhead_pct $tr)" \
+      "$(skv computeboard latency post_to_started_p50_ms $tr)" "$(skv computeboard latency post_to_started_p99_ms $tr)" \
+      "$(skv computeboard latency overhead_p50_ms $tr)" "$(skv computeboard latency ratio_p50 $tr)"
+  done
+}
+kuberun() { # computeboard over Kubernetes (cmd/kubebench) next to Jobs created through client-go, same control plane, same run
+  local bin=$PWD/$out/bin
+  mkdir -p "$bin"
+  if ! scripts/k8s-build.sh >/dev/null; then
+    echo "kube: not measured: the control plane did not build (scripts/k8s-build.sh)" | tee "$out/kube.txt" >&2
+    return 0
+  fi
+  echo "== kube: building cmd/adapter and cmd/kubebench" >&2
+  $GO build -o "$bin/adapter" ./cmd/adapter
+  $GO build -o "$bin/kubebench" ./cmd/kubebench
+  kube_dir=$(mktemp -d)
+  redis-server --port 0 --unixsocket "$kube_dir/r.sock" --save "" --appendonly no >"$kube_dir/redis.log" 2>&1 &
+  kube_pid=$!
+  trap 'kill "$kube_pid" 2>/dev/null; wait "$kube_pid" 2>/dev/null; rm -rf "$kube_dir"' EXIT
+  for _ in $(seq 100); do [ -S "$kube_dir/r.sock" ] && break; sleep 0.05; done
+  "$bin/kubebench" -network unix -redis "$kube_dir/r.sock" -adapter "$bin/adapter" -n "$KUBE_N" -latency-n "$KUBE_LATENCY_N" | tee "$out/kube.txt" >&2
+  kill "$kube_pid"; wait "$kube_pid" 2>/dev/null || true
+  rm -rf "$kube_dir"
+  trap - EXIT
+}
+KUBE_N=${KUBE_N:-200}
+KUBE_LATENCY_N=${KUBE_LATENCY_N:-30}
+# kkv SIDE PART KEY: the value of KEY on kube.txt's line for that side and part.
+kkv() {
+  awk -v side="side=$1" -v part="part=$2" -v key="$3" '
+    { s = p = 0; for (i = 1; i <= NF; i++) { if ($i == side) s = 1; if ($i == part) p = 1 } }
+    s && p { for (i = 1; i <= NF; i++) if (index($i, key "=") == 1) { print substr($i, length(key) + 2); exit } }' "$out/kube.txt"
+}
+kube_summary() {
+  if ! grep -q '^side=' "$out/kube.txt" 2>/dev/null; then cat "$out/kube.txt" 2>/dev/null || true; return 0; fi
+  echo "kube: a real control plane ($(kkv direct throughput nodes) kwok nodes), Pods that run until deleted; Jobs created through client-go in a loop against posts through the blackboard to an adapter over it:"
+  printf 'kube client-go loop: %s creates/s; %s Pods Running/s (%s jobs); create→Running one at a time p50 %s ms, p99 %s ms\n' \
+    "$(kkv direct throughput create_per_s)" "$(kkv direct throughput started_per_s)" "$(kkv direct throughput n)" \
+    "$(kkv direct latency create_to_started_p50_ms)" "$(kkv direct latency create_to_started_p99_ms)"
+  printf 'kube computeboard: %s Pods Running/s = x%s client-go'"'"'s (overhead %s ms per job = %s%% of client-go'"'"'s; aim < 20%%); post→Running p50 %s ms, p99 %s ms (overhead p50 %s ms, x%s)\n' \
+    "$(kkv computeboard throughput started_per_s)" "$(kkv computeboard throughput ratio)" "$(kkv computeboard throughput overhead_ms_per_job)" "$(kkv computeboard throughput overhead_pct)" \
+    "$(kkv computeboard latency post_to_started_p50_ms)" "$(kkv computeboard latency post_to_started_p99_ms)" \
+    "$(kkv computeboard latency overhead_p50_ms)" "$(kkv computeboard latency ratio_p50)"
+}
+if [ "${BENCH_ONLY:-}" = kube ]; then
+  kuberun
+  echo
+  echo "== Summary (same run; each figure next to the baseline measured with it)"
+  kube_summary
+  exit 0
+fi
+if [ "${BENCH_ONLY:-}" = slurm ]; then
+  slurmrun
+  echo
+  echo "== Summary (same run; each figure next to the baseline measured with it)"
+  slurm_summary
+  exit 0
+fi
+
 E2E_N=${E2E_N:-2000}
 E2E_LATENCY_N=${E2E_LATENCY_N:-200}
 E2E_PENDING=${E2E_PENDING:-10000}
@@ -170,6 +279,8 @@ if [ "${BENCH_ONLY:-}" != durable ]; then
   run engine     ./engine     'Schedule' 3x
   poolrun
   e2erun
+  slurmrun
+  kuberun
 fi
 durable
 
@@ -195,6 +306,8 @@ printf 'post→accepted at a paced 1,000 req/s, 10 clients, %s requests: p50 %s 
 [ "${BENCH_ONLY:-}" = durable ] && exit 0
 pool_summary
 e2e_summary
+slurm_summary
+kube_summary
 
 bb=$out/blackboard.txt
 xadd=$(metric "$bb" '^BenchmarkBaselineXADD' 'ops/s')

@@ -124,6 +124,9 @@ type Template struct {
 	// Command is argv; argv[0] must be an absolute path or resolvable on
 	// PATH at load time.
 	Command []string `yaml:"command"`
+	// Image is the container image the command runs in on a container
+	// backend (a kube provider; default its image); others ignore it.
+	Image string `yaml:"image"`
 	// AllowArguments lets a request append arguments; ArgumentPattern, if
 	// set, must match every argument in full.
 	AllowArguments  bool   `yaml:"allow_arguments"`

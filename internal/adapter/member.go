@@ -111,7 +111,7 @@ func (p *poolMember) buildAgent(ctx context.Context, g *errgroup.Group, gctx con
 	ag, err := agent.New(agent.Config{ID: id, Nodes: nodes, Resolve: p.agentResolve, Jobs: p.jobs,
 		Channel: p.channel, Registry: p.registry, Beat: cfg.Pool.Heartbeat.D(), Clock: p.clk,
 		CheckpointDir: ckdir, CheckpointInterval: cfg.Pool.CheckpointInterval.D(), RunAs: cfg.RunAs,
-		Logger: p.log.With("component", "agent")})
+		Inventories: cfg.nodeInventories(p.providers), Logger: p.log.With("component", "agent")})
 	return ag, strings.Join(descs, "; "), err
 }
 
@@ -160,7 +160,7 @@ func supervisorPath(configured, self string, log *slog.Logger) string {
 
 func (p *poolMember) agentResolve(req wire.Request) (agent.Command, *wire.Error) {
 	cmd, werr := p.cfg.Resolve(req)
-	return agent.Command{Argv: cmd.Argv, Env: cmd.Env, User: cmd.User, Timeout: cmd.Timeout}, werr
+	return agent.Command{Argv: cmd.Argv, Image: cmd.Image, Env: cmd.Env, User: cmd.User, Timeout: cmd.Timeout}, werr
 }
 
 func (p *poolMember) schedResolve(req wire.Request) (dispatch.Spec, *wire.Error) {

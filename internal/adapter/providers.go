@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/computeboard/computeboard/agent"
 	"github.com/computeboard/computeboard/internal/clock"
@@ -18,6 +19,7 @@ import (
 	"github.com/computeboard/computeboard/pool"
 	"github.com/computeboard/computeboard/providers"
 	"github.com/computeboard/computeboard/providers/fake"
+	"github.com/computeboard/computeboard/providers/kube"
 	"github.com/computeboard/computeboard/providers/local"
 	"github.com/computeboard/computeboard/providers/slurm"
 	"github.com/computeboard/computeboard/wire"
@@ -34,6 +36,7 @@ const (
 	KindLocal = "local" // this machine: one node, the node section
 	KindSlurm = "slurm" // a Slurm partition: its nodes (sinfo)
 	KindFake  = "fake"  // virtual nodes where nothing runs
+	KindKube  = "kube"  // a Kubernetes cluster: its schedulable nodes
 )
 
 // ProviderConfig is one entry of providers: a named source of nodes and
@@ -44,13 +47,15 @@ type ProviderConfig struct {
 	// provider field names it. Unique; a name as a request may write it.
 	Name string `yaml:"name"`
 	// Kind is local (at most one: this machine, shaped by the node
-	// section), slurm or fake.
+	// section), slurm, kube or fake.
 	Kind string `yaml:"kind"`
 	// Slurm configures a slurm provider.
 	Slurm *SlurmProviderConfig `yaml:"slurm"`
 	// Fake shapes a fake provider's nodes (as pool.fake_nodes; count
 	// default 1, prefix default the provider's name).
 	Fake *FakeNodesConfig `yaml:"fake"`
+	// Kube configures a kube provider.
+	Kube *KubeProviderConfig `yaml:"kube"`
 	// Cost is the provider's price list per resource-hour, the same unit
 	// for every provider: the placement "cheapest" places a job where its
 	// request costs least, and cost-based preemption weighs the work an
@@ -73,7 +78,45 @@ type SlurmProviderConfig struct {
 	WorkDir string `yaml:"work_dir"`
 	// PollInterval is how long one squeue answers every poll (default 1s).
 	PollInterval Duration `yaml:"poll_interval"`
+	// RefreshInterval is how often the partition's nodes are read again
+	// while the adapter runs (default 60s): nodes added are served, a
+	// node drained or down in Slurm goes out of scheduling, back when
+	// resumed.
+	RefreshInterval Duration `yaml:"refresh_interval"`
+	// Transport is how Slurm is reached: cli (default: the commands, with
+	// JSON output) or rest (slurmrestd with JWT: the rest section; suspend,
+	// resume and requeue still run scontrol, which v0.0.38 lacks).
+	Transport string `yaml:"transport"`
+	// REST configures the rest transport.
+	REST *SlurmRESTConfig `yaml:"rest"`
 }
+
+// Slurm transports.
+const (
+	SlurmCLI  = "cli"
+	SlurmREST = "rest"
+)
+
+// SlurmRESTConfig is the rest transport's settings (slurm.RESTConfig).
+type SlurmRESTConfig struct {
+	// URL is slurmrestd's ("http://127.0.0.1:6820"). Required.
+	URL string `yaml:"url"`
+	// User is whom the token is for and whom jobs run as when a task
+	// names none (default: the adapter's user).
+	User string `yaml:"user"`
+	// TokenFile holds the user's JWT (SLURM_JWT=… or bare), read again as
+	// it nears its expiry; TokenCommand prints one ({user} in its
+	// arguments is the user), run again before it expires. Neither: the
+	// adapter runs scontrol token username={user} lifespan=token_lifespan.
+	TokenFile    string   `yaml:"token_file"`
+	TokenCommand []string `yaml:"token_command"`
+	// TokenLifespan is the default command's token lifespan (default 1h).
+	TokenLifespan Duration `yaml:"token_lifespan"`
+}
+
+// KubeProviderConfig is a kube provider's settings (kubeconfig,
+// namespace, image, priority classes, tolerations, ...; kube.FileConfig).
+type KubeProviderConfig = kube.FileConfig
 
 // CostConfig is a price list per resource-hour.
 type CostConfig struct {
@@ -122,6 +165,9 @@ func (c *Config) fillProviders() error {
 		if pc.Fake != nil && pc.Kind != KindFake {
 			return fmt.Errorf("%s: a fake section on a provider of kind %q", at, pc.Kind)
 		}
+		if pc.Kube != nil && pc.Kind != KindKube {
+			return fmt.Errorf("%s: a kube section on a provider of kind %q", at, pc.Kind)
+		}
 		switch pc.Kind {
 		case KindLocal:
 			if locals++; locals > 1 {
@@ -137,8 +183,27 @@ func (c *Config) fillProviders() error {
 			} else if !filepath.IsAbs(s.WorkDir) {
 				s.WorkDir = filepath.Join(c.dir, s.WorkDir)
 			}
-			if s.PollInterval < 0 {
-				return fmt.Errorf("%s: slurm.poll_interval must not be negative", at)
+			if s.PollInterval < 0 || s.RefreshInterval < 0 {
+				return fmt.Errorf("%s: slurm.poll_interval and slurm.refresh_interval must not be negative", at)
+			}
+			switch s.Transport {
+			case "", SlurmCLI:
+				s.Transport = SlurmCLI
+				if s.REST != nil {
+					return fmt.Errorf("%s: a slurm.rest section with transport cli (set slurm.transport: rest)", at)
+				}
+			case SlurmREST:
+				if s.REST == nil || s.REST.URL == "" {
+					return fmt.Errorf("%s: slurm.transport rest needs slurm.rest.url (slurmrestd's)", at)
+				}
+				if s.REST.TokenFile != "" && len(s.REST.TokenCommand) > 0 {
+					return fmt.Errorf("%s: slurm.rest: token_file or token_command, not both", at)
+				}
+				if s.REST.TokenFile != "" && !filepath.IsAbs(s.REST.TokenFile) {
+					s.REST.TokenFile = filepath.Join(c.dir, s.REST.TokenFile)
+				}
+			default:
+				return fmt.Errorf("%s: slurm.transport %q: want cli or rest", at, s.Transport)
 			}
 			for name, p := range map[string]string{"slurm_conf": s.SlurmConf, "bin_dir": s.BinDir} {
 				if p != "" && !filepath.IsAbs(p) {
@@ -166,8 +231,15 @@ func (c *Config) fillProviders() error {
 				}
 				fakeNames[name] = pc.Name
 			}
+		case KindKube:
+			if pc.Kube == nil {
+				pc.Kube = &KubeProviderConfig{}
+			}
+			if err := pc.Kube.Check(c.dir, filepath.Join(filepath.Dir(c.WorkDir), "kube-"+pc.Name)); err != nil {
+				return fmt.Errorf("%s: %w", at, err)
+			}
 		default:
-			return fmt.Errorf("%s: kind %q: want local, slurm or fake", at, pc.Kind)
+			return fmt.Errorf("%s: kind %q: want local, slurm, kube or fake", at, pc.Kind)
 		}
 	}
 	return nil
@@ -253,9 +325,14 @@ func (c *Config) buildProvider(ctx context.Context, pc ProviderConfig, d provide
 		return prov, recs, nil
 	case KindSlurm:
 		s := pc.Slurm
+		var rest *slurm.RESTConfig
+		if s.Transport == SlurmREST {
+			rest = &slurm.RESTConfig{URL: s.REST.URL, User: s.REST.User, TokenFile: s.REST.TokenFile,
+				TokenCommand: s.REST.TokenCommand, TokenLifespan: s.REST.TokenLifespan.D()}
+		}
 		prov, err := slurm.New(slurm.Config{Name: pc.Name, Partition: s.Partition, BinDir: s.BinDir, SlurmConf: s.SlurmConf,
 			WorkDir: s.WorkDir, Env: baseEnv(), User: c.RunAs, AllowRoot: c.AllowRoot, PollInterval: s.PollInterval.D(),
-			Logger: d.log.With("component", "slurm")})
+			REST: rest, Logger: d.log.With("component", "slurm")})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -263,6 +340,31 @@ func (c *Config) buildProvider(ctx context.Context, pc ProviderConfig, d provide
 		if err != nil {
 			return nil, nil, err
 		}
+		recs := make([]pool.NodeRecord, len(inv))
+		for i, n := range inv {
+			recs[i] = pool.NodeRecord{Node: n}
+		}
+		return prov, recs, nil
+	case KindKube:
+		// Each task a Job; the provider's informers run as long as the agent.
+		kc, err := pc.Kube.Config(pc.Name)
+		if err != nil {
+			return nil, nil, err
+		}
+		kc.Env, kc.AllowRoot, kc.KeepDirs, kc.Logger = baseEnv(), c.AllowRoot, c.Retention.D(), d.log.With("component", "kube")
+		kc.Labels = map[string]string{kube.LabelPrefix + "board": c.Board}
+		if len(validation.IsValidLabelValue(c.Board)) > 0 {
+			kc.Labels = nil // the board's name is no label value
+		}
+		prov, err := kube.New(kc)
+		if err != nil {
+			return nil, nil, err
+		}
+		inv, err := prov.Nodes(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		d.goRun(prov.Run)
 		recs := make([]pool.NodeRecord, len(inv))
 		for i, n := range inv {
 			recs[i] = pool.NodeRecord{Node: n}
@@ -292,6 +394,56 @@ func (c *Config) buildProvider(ctx context.Context, pc ProviderConfig, d provide
 		})
 		return prov, []pool.NodeRecord{{Node: n, Confined: prov.Confinement().Names()}}, nil
 	}
+}
+
+// nodeInventories are the agent's inventories to read again while it
+// runs: each slurm provider's partition (PartitionNodes), its nodes
+// labelled and priced as buildProviders does, those Slurm cannot use now
+// unhealthy with Slurm's state and reason.
+func (c *Config) nodeInventories(reg map[string]providers.Provider) map[string]agent.Inventory {
+	invs := map[string]agent.Inventory{}
+	for _, pc := range c.providerList() {
+		prov, ok := reg[pc.Name].(*slurm.Provider)
+		if pc.Kind != KindSlurm || !ok {
+			continue
+		}
+		invs[pc.Name] = agent.Inventory{Every: pc.Slurm.RefreshInterval.D(), List: func(ctx context.Context) ([]agent.Node, error) {
+			pns, err := prov.PartitionNodes(ctx)
+			if err != nil {
+				return nil, err
+			}
+			nodes := make([]agent.Node, len(pns))
+			for i, pn := range pns {
+				rec := pool.NodeRecord{Node: pn.Node, Provider: pc.Name, Unhealthy: pn.Out}
+				rec.Labels[wire.ProviderLabel] = pc.Name
+				rec.Price = pc.Cost.price()
+				nodes[i] = agent.Node{Record: rec, Provider: prov}
+			}
+			return nodes, nil
+		}}
+	}
+	for _, pc := range c.providerList() {
+		prov, ok := reg[pc.Name].(*kube.Provider)
+		if pc.Kind != KindKube || !ok {
+			continue
+		}
+		// A kube cluster's nodes: cordoned, not Ready or tainted ones out.
+		invs[pc.Name] = agent.Inventory{Every: pc.Kube.RefreshInterval, List: func(ctx context.Context) ([]agent.Node, error) {
+			cns, err := prov.ClusterNodes(ctx)
+			if err != nil {
+				return nil, err
+			}
+			nodes := make([]agent.Node, len(cns))
+			for i, cn := range cns {
+				rec := pool.NodeRecord{Node: cn.Node, Provider: pc.Name, Unhealthy: cn.Out}
+				rec.Labels[wire.ProviderLabel] = pc.Name
+				rec.Price = pc.Cost.price()
+				nodes[i] = agent.Node{Record: rec, Provider: prov}
+			}
+			return nodes, nil
+		}}
+	}
+	return invs
 }
 
 // agentID names this adapter's agent (its consumer name on the node

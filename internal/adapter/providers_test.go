@@ -28,6 +28,12 @@ providers:
   - name: sim
     kind: fake
     fake: {count: 2, node: {cpu_cores: 4}}
+  - name: rest
+    kind: slurm
+    slurm:
+      transport: rest
+      refresh_interval: 30s
+      rest: {url: "http://127.0.0.1:6820", user: cb, token_file: jwt, token_lifespan: 10m}
 `), "/srv/cb", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -35,13 +41,18 @@ providers:
 	want := []ProviderConfig{
 		{Name: "here", Kind: KindLocal, Cost: CostConfig{CPUCoreHour: 0.05, MemoryGiBHour: 0.01, GPUHour: 2.5}},
 		{Name: "hpc", Kind: KindSlurm, Cost: CostConfig{CPUCoreHour: 0.02}, Slurm: &SlurmProviderConfig{Partition: "debug",
-			SlurmConf: "/etc/slurm/slurm.conf", BinDir: "/usr/bin", WorkDir: "/srv/cb/slurm-hpc", PollInterval: Duration(2e9)}},
+			SlurmConf: "/etc/slurm/slurm.conf", BinDir: "/usr/bin", WorkDir: "/srv/cb/slurm-hpc", PollInterval: Duration(2e9), Transport: SlurmCLI}},
 	}
 	if diff := cmp.Diff(want, cfg.Providers[:2]); diff != "" {
 		t.Errorf("providers (-want +got):\n%s", diff)
 	}
 	if f := cfg.Providers[2].Fake; f == nil || f.Count != 2 || f.Prefix != "sim" || f.Node.CPUCores != 4 || f.Node.MemoryGB != 32 {
 		t.Errorf("fake provider's defaults not filled: %+v", f)
+	}
+	wantREST := &SlurmProviderConfig{WorkDir: "/srv/cb/slurm-rest", Transport: SlurmREST, RefreshInterval: Duration(30e9),
+		REST: &SlurmRESTConfig{URL: "http://127.0.0.1:6820", User: "cb", TokenFile: "/srv/cb/jwt", TokenLifespan: Duration(600e9)}}
+	if diff := cmp.Diff(wantREST, cfg.Providers[3].Slurm); diff != "" {
+		t.Errorf("slurm over rest (-want +got):\n%s", diff)
 	}
 
 	// No providers section: the config stands for one provider, as before.
@@ -59,21 +70,25 @@ providers:
 func TestProvidersConfigRejects(t *testing.T) {
 	t.Parallel()
 	tests := map[string]struct{ body, want string }{
-		"unknown kind":       {"providers:\n  - {name: k8s, kind: kube}\n", "kind \"kube\""},
-		"no kind":            {"providers:\n  - {name: x}\n", "kind \"\""},
-		"no name":            {"providers:\n  - {kind: local}\n", "name is required"},
-		"bad name":           {"providers:\n  - {name: 'a b', kind: local}\n", "name must match"},
-		"duplicate names":    {"providers:\n  - {name: a, kind: local}\n  - {name: a, kind: fake}\n", "used twice"},
-		"negative cpu cost":  {"providers:\n  - {name: a, kind: local, cost: {cpu_core_hour: -1}}\n", "negative"},
-		"negative gpu cost":  {"providers:\n  - {name: a, kind: fake, cost: {gpu_hour: -0.5}}\n", "negative"},
-		"two local":          {"providers:\n  - {name: a, kind: local}\n  - {name: b, kind: local}\n", "second provider of kind local"},
-		"node under two":     {"providers:\n  - {name: a, kind: fake, fake: {prefix: n}}\n  - {name: b, kind: fake, fake: {prefix: n}}\n", "node n-0001 is under provider a"},
-		"slurm on local":     {"providers:\n  - {name: a, kind: local, slurm: {partition: x}}\n", "slurm section"},
-		"fake on slurm":      {"providers:\n  - {name: a, kind: slurm, fake: {count: 1}}\n", "fake section"},
-		"relative conf":      {"providers:\n  - {name: a, kind: slurm, slurm: {slurm_conf: slurm.conf}}\n", "absolute"},
-		"unknown slurm key":  {"providers:\n  - {name: a, kind: slurm, slurm: {queue: x}}\n", "queue"},
-		"fake nodes as well": {"pool: {fake_nodes: {count: 2}}\nproviders:\n  - {name: a, kind: local}\n", "kind fake instead"},
-		"cheapest typo":      {"scheduler: {placement: cheap}\n", "placement"},
+		"unknown kind":        {"providers:\n  - {name: n, kind: nomad}\n", "kind \"nomad\""},
+		"no kind":             {"providers:\n  - {name: x}\n", "kind \"\""},
+		"no name":             {"providers:\n  - {kind: local}\n", "name is required"},
+		"bad name":            {"providers:\n  - {name: 'a b', kind: local}\n", "name must match"},
+		"duplicate names":     {"providers:\n  - {name: a, kind: local}\n  - {name: a, kind: fake}\n", "used twice"},
+		"negative cpu cost":   {"providers:\n  - {name: a, kind: local, cost: {cpu_core_hour: -1}}\n", "negative"},
+		"negative gpu cost":   {"providers:\n  - {name: a, kind: fake, cost: {gpu_hour: -0.5}}\n", "negative"},
+		"two local":           {"providers:\n  - {name: a, kind: local}\n  - {name: b, kind: local}\n", "second provider of kind local"},
+		"node under two":      {"providers:\n  - {name: a, kind: fake, fake: {prefix: n}}\n  - {name: b, kind: fake, fake: {prefix: n}}\n", "node n-0001 is under provider a"},
+		"slurm on local":      {"providers:\n  - {name: a, kind: local, slurm: {partition: x}}\n", "slurm section"},
+		"fake on slurm":       {"providers:\n  - {name: a, kind: slurm, fake: {count: 1}}\n", "fake section"},
+		"relative conf":       {"providers:\n  - {name: a, kind: slurm, slurm: {slurm_conf: slurm.conf}}\n", "absolute"},
+		"unknown slurm key":   {"providers:\n  - {name: a, kind: slurm, slurm: {queue: x}}\n", "queue"},
+		"rest without url":    {"providers:\n  - {name: a, kind: slurm, slurm: {transport: rest}}\n", "rest.url"},
+		"rest section on cli": {"providers:\n  - {name: a, kind: slurm, slurm: {rest: {url: 'http://x:1'}}}\n", "transport cli"},
+		"unknown transport":   {"providers:\n  - {name: a, kind: slurm, slurm: {transport: grpc}}\n", "want cli or rest"},
+		"token file and cmd":  {"providers:\n  - {name: a, kind: slurm, slurm: {transport: rest, rest: {url: 'http://x:1', token_file: /t, token_command: [x]}}}\n", "not both"},
+		"fake nodes as well":  {"pool: {fake_nodes: {count: 2}}\nproviders:\n  - {name: a, kind: local}\n", "kind fake instead"},
+		"cheapest typo":       {"scheduler: {placement: cheap}\n", "placement"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

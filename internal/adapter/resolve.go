@@ -14,6 +14,7 @@ import (
 // environment the request may add, and the user it runs as.
 type Command struct {
 	Argv    []string
+	Image   string // the template's container image; "" = the provider's default
 	Env     map[string]string
 	Timeout time.Duration // 0 = none
 	User    string        // "" = the adapter's own user
@@ -66,6 +67,7 @@ func (c *Config) Resolve(req wire.Request) (Command, *wire.Error) {
 			cmd.Argv = append(cmd.Argv, "--")
 		}
 		cmd.Argv = append(cmd.Argv, req.Arguments...)
+		cmd.Image = t.Image
 		cmd.Env = maps.Clone(t.Env)
 		if cmd.Env == nil {
 			cmd.Env = map[string]string{}

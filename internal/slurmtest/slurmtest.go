@@ -16,6 +16,11 @@
 // it is not running, and left running). The daemons run in the
 // foreground as children of the test binary (-D), so none outlives it.
 //
+// Every cluster accepts JWT besides munge (AuthAltTypes=auth/jwt, a key
+// of its own), and with Options.REST runs slurmrestd (-a rest_auth/jwt,
+// as nobody: it refuses SlurmUser, root here) on a free loopback port:
+// Cluster.RESTURL. Main's shared cluster has it.
+//
 // If the Slurm binaries are missing the package fails with the install
 // command; with CB_SLURM_SKIP=1 its Slurm tests skip instead. The daemons
 // need root.
@@ -34,6 +39,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -46,7 +52,7 @@ import (
 const SkipEnv = "CB_SLURM_SKIP"
 
 // InstallHint is printed when a Slurm binary cannot be found.
-const InstallHint = "slurm not found: install it with `sudo DEBIAN_FRONTEND=noninteractive apt-get install -y munge slurmctld slurmd slurm-client` " +
+const InstallHint = "slurm not found: install it with `sudo DEBIAN_FRONTEND=noninteractive apt-get install -y munge slurmctld slurmd slurm-client slurmrestd` " +
 	"(or run `make test`, which does it for you), or set " + SkipEnv + "=1 to skip the Slurm tests"
 
 // FakeGPUType is the GRES type of the fake GPUs a cluster offers
@@ -56,6 +62,12 @@ const FakeGPUType = "fake"
 
 // Binaries the harness needs.
 var binaries = []string{"munged", "munge", "unmunge", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scancel", "scontrol"}
+
+// restBinary is what Options.REST needs besides.
+const restBinary = "slurmrestd"
+
+// RESTUser is the user slurmrestd runs as.
+const RESTUser = "nobody"
 
 // shared is the per-package cluster started by Main; set once before any
 // test runs, then only read. sharedErr says why there is none.
@@ -68,7 +80,7 @@ var (
 // Without Slurm it exits with InstallHint, unless SkipEnv is set: the
 // tests then run and Shared skips each one that needs Slurm.
 func Main(m *testing.M) {
-	c, err := Start(Options{GPUs: 2})
+	c, err := Start(Options{GPUs: 2, REST: true})
 	if err != nil {
 		if os.Getenv(SkipEnv) != "1" {
 			fmt.Fprintln(os.Stderr, "slurmtest:", err)
@@ -127,6 +139,8 @@ type Options struct {
 	// task/cgroup with ConstrainRAMSpace), so a job over its --mem ends
 	// OUT_OF_MEMORY. Needs cgroup v1 memory and cpuset controllers.
 	Cgroup bool
+	// REST starts slurmrestd too (Cluster.RESTURL).
+	REST bool
 	// Dir holds everything. Default: a new temp dir, removed by Stop.
 	Dir string
 }
@@ -140,6 +154,10 @@ type Cluster struct {
 	Partition  string // the only partition, default for jobs
 	CtldPort   int
 	SlurmdPort int
+	// RESTURL is slurmrestd's ("http://127.0.0.1:<port>"), with
+	// Options.REST; it takes JWTs (X-SLURM-USER-TOKEN), which
+	// `scontrol token username=<user>` makes (root only for others).
+	RESTURL string
 
 	opts    Options
 	ownDir  bool
@@ -147,10 +165,15 @@ type Cluster struct {
 	daemons []*exec.Cmd // slurmctld, slurmd; guarded by mu
 }
 
-// Start launches munged (if needed), slurmctld and slurmd, and waits
-// until the node is idle.
+// Start launches munged (if needed), slurmctld and slurmd (and, with
+// Options.REST, slurmrestd), and waits until the node is idle, with no
+// flag such as NOT_RESPONDING, and slurmrestd listens.
 func Start(opts Options) (*Cluster, error) {
-	for _, b := range binaries {
+	need := binaries
+	if opts.REST {
+		need = append(slices.Clip(need), restBinary)
+	}
+	for _, b := range need {
 		if lookPath(b) == "" {
 			return nil, errors.New(InstallHint)
 		}
@@ -213,7 +236,7 @@ func (c *Cluster) Command(ctx context.Context, name string, args ...string) *exe
 // LogTail returns the last lines of the daemons' logs, for failure messages.
 func (c *Cluster) LogTail() string {
 	var b strings.Builder
-	for _, f := range []string{"slurmctld.log", "slurmd.log"} {
+	for _, f := range []string{"slurmctld.log", "slurmd.log", "slurmrestd.out"} {
 		data, _ := os.ReadFile(filepath.Join(c.Dir, "log", f))
 		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 		fmt.Fprintf(&b, "--- %s\n%s\n", f, strings.Join(lines[max(0, len(lines)-15):], "\n"))
@@ -242,10 +265,44 @@ func (c *Cluster) launch() error {
 	for {
 		state, err := c.nodeState()
 		if err == nil && (state == "idle" || state == "mixed" || state == "allocated") {
-			return nil
+			break
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("slurmtest: node %s not idle after 30s (state %q, %v)\n%s", c.Node, state, err, c.LogTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !c.opts.REST {
+		return nil
+	}
+	return c.startREST()
+}
+
+// startREST starts slurmrestd on a free loopback port, as RESTUser (it
+// refuses to run as SlurmUser), taking JWTs only, and waits until it
+// accepts connections.
+func (c *Cluster) startREST() error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	// SLURM_JWT=daemon: slurmrestd's own auth/jwt plugin takes each
+	// request's token, not one from its environment.
+	if err := c.daemonEnv("slurmrestd", []string{"SLURM_JWT=daemon"}, "-f", c.Conf, "-a", "rest_auth/jwt", "-s", "openapi/v0.0.38", "-u", RESTUser, addr); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			conn.Close()
+			c.RESTURL = "http://" + addr
+			return nil
+		}
+		if time.Now().After(deadline) {
+			out, _ := os.ReadFile(filepath.Join(c.Dir, "log", "slurmrestd.out"))
+			return fmt.Errorf("slurmtest: slurmrestd not listening on %s after 15s: %v\n%s", addr, err, out)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -259,6 +316,10 @@ func (c *Cluster) writeConf() error {
 	host, _, _ = strings.Cut(host, ".")
 	c.Conf = filepath.Join(c.Dir, "slurm.conf")
 	d := c.Dir
+	// The JWT key: SlurmUser's (root) alone.
+	if err := os.WriteFile(filepath.Join(d, "jwt.key"), []byte(randomHex(32)), 0o600); err != nil {
+		return err
+	}
 	proctrack, task, gather, params := "proctrack/linuxproc", "task/none", "jobacct_gather/linux", "CR_Core"
 	if c.opts.Cgroup {
 		proctrack, task, gather, params = "proctrack/cgroup", "task/cgroup,task/affinity", "jobacct_gather/cgroup", "CR_Core_Memory\nDefMemPerCPU=64"
@@ -296,6 +357,8 @@ ReturnToService=2
 MinJobAge=300
 KillWait=2
 GresTypes=gpu
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=%[5]s/jwt.key
 NodeName=%[10]s NodeHostname=%[2]s NodeAddr=127.0.0.1 CPUs=%[11]d RealMemory=%[12]d%[13]s State=UNKNOWN
 PartitionName=%[14]s Nodes=%[10]s Default=YES MaxTime=INFINITE State=UP
 `, c.Name, host, c.CtldPort, c.SlurmdPort, d, proctrack, task, gather, params,
@@ -318,8 +381,13 @@ PartitionName=%[14]s Nodes=%[10]s Default=YES MaxTime=INFINITE State=UP
 // daemon starts a Slurm daemon in the foreground as a child that dies
 // with this process.
 func (c *Cluster) daemon(name string, args ...string) error {
+	return c.daemonEnv(name, nil, args...)
+}
+
+// daemonEnv is daemon with env added to the environment.
+func (c *Cluster) daemonEnv(name string, env []string, args ...string) error {
 	cmd := exec.Command(lookPath(name), args...)
-	cmd.Env = append(os.Environ(), c.Env()...)
+	cmd.Env = slices.Concat(os.Environ(), c.Env(), env)
 	out, err := os.Create(filepath.Join(c.Dir, "log", name+".out"))
 	if err != nil {
 		return err
@@ -336,7 +404,7 @@ func (c *Cluster) daemon(name string, args ...string) error {
 	return nil
 }
 
-// nodeState reads the node's state from sinfo --json.
+// nodeState reads the node's state and flags from sinfo --json.
 func (c *Cluster) nodeState() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -346,8 +414,9 @@ func (c *Cluster) nodeState() (string, error) {
 	}
 	var v struct {
 		Nodes []struct {
-			Name  string `json:"name"`
-			State string `json:"state"`
+			Name  string   `json:"name"`
+			State string   `json:"state"`
+			Flags []string `json:"state_flags"`
 		} `json:"nodes"`
 	}
 	if err := json.Unmarshal(out, &v); err != nil {
@@ -355,7 +424,9 @@ func (c *Cluster) nodeState() (string, error) {
 	}
 	for _, n := range v.Nodes {
 		if n.Name == c.Node {
-			return n.State, nil
+			// Flags such as NOT_RESPONDING, which slurmctld clears a
+			// moment after slurmd registers, follow: "idle+NOT_RESPONDING".
+			return strings.Join(append([]string{n.State}, n.Flags...), "+"), nil
 		}
 	}
 	return "", fmt.Errorf("node %s not in sinfo", c.Node)

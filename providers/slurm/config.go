@@ -44,8 +44,12 @@ type Config struct {
 	// JobNamePrefix starts every job's name (default "cb-"): the job of
 	// task T is named JobNamePrefix+T.
 	JobNamePrefix string
-	// Transport talks to Slurm (default: the CLI with BinDir, SlurmConf
-	// and CommandTimeout).
+	// REST, when set, reaches Slurm through slurmrestd with JWT (see
+	// REST) instead of the commands; Suspend, Resume and Requeue still
+	// run scontrol (BinDir, SlurmConf), which v0.0.38 lacks.
+	REST *RESTConfig
+	// Transport talks to Slurm (default: REST when set, else the CLI with
+	// BinDir, SlurmConf and CommandTimeout).
 	Transport Transport
 	// Logger gets debug lines (default: discard).
 	Logger *slog.Logger

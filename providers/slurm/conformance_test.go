@@ -38,29 +38,58 @@ var cmds = providertest.Commands{
 // skipped under -short.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	providertest.Run(t, func(t *testing.T) providers.Provider { return newTestProvider(t, Config{}) }, cmds)
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			providertest.Run(t, func(t *testing.T) providers.Provider { return newTestProviderOver(t, tr, Config{}) }, cmds)
+		})
+	}
 }
 
-// TestAbilities runs the ability suites.
+// TestAbilities runs the ability suites over each transport.
 func TestAbilities(t *testing.T) {
 	t.Parallel()
-	newP := func(t *testing.T) providers.Provider { return newTestProvider(t, Config{}) }
-	providertest.RunSuspender(t, newP, cmds)
-	providertest.RunSignaler(t, newP, cmds)
-	providertest.RunRequeuer(t, newP, cmds)
-	providertest.RunLister(t, newP, cmds)
-	providertest.RunBatchPoll(t, func(t *testing.T) providers.Provider {
-		return newTestProvider(t, Config{PollInterval: 2 * time.Second})
-	}, cmds, func(p providers.Provider) int {
-		return int(p.(*Provider).tr.(*countingTransport).jobs.Load())
-	})
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			newP := func(t *testing.T) providers.Provider { return newTestProviderOver(t, tr, Config{}) }
+			providertest.RunSuspender(t, newP, cmds)
+			providertest.RunSignaler(t, newP, cmds)
+			providertest.RunRequeuer(t, newP, cmds)
+			providertest.RunLister(t, newP, cmds)
+			providertest.RunBatchPoll(t, func(t *testing.T) providers.Provider {
+				return newTestProviderOver(t, tr, Config{PollInterval: 2 * time.Second})
+			}, cmds, func(p providers.Provider) int {
+				return int(p.(*Provider).tr.(*countingTransport).jobs.Load())
+			})
+		})
+	}
 }
 
-// newTestProvider returns a provider on the package's cluster, with a
-// fresh WorkDir, whose squeue calls are counted.
+// transports are the ways to Slurm the suites run over: the commands,
+// and slurmrestd with JWT (the cluster's, tokens from scontrol token).
+var transports = []string{"cli", "rest"}
+
+// newTestProvider returns a provider on the package's cluster over the
+// CLI, with a fresh WorkDir, whose squeue calls are counted.
 func newTestProvider(t *testing.T, cfg Config) *Provider {
 	t.Helper()
 	return newProviderOn(t, slurmtest.Shared(t), cfg)
+}
+
+// newTestProviderOver is newTestProvider over transport tr ("cli" or
+// "rest").
+func newTestProviderOver(t *testing.T, tr string, cfg Config) *Provider {
+	t.Helper()
+	c := slurmtest.Shared(t)
+	if tr == "rest" && cfg.Transport == nil {
+		r, err := NewREST(RESTConfig{URL: c.RESTURL}, "", c.Conf, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Transport = &countingTransport{Transport: r}
+	}
+	return newProviderOn(t, c, cfg)
 }
 
 // newProviderOn is newTestProvider on cluster c.

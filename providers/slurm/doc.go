@@ -28,7 +28,15 @@
 // Lister, Prober; Nodes lists the partition's nodes (sinfo --json) as pool
 // nodes.
 //
-// Slurm is reached through a Transport; CLI (the commands, with JSON
-// output as Slurm 22.05 has it) is the only one. slurmrestd with JWT
-// would be another; it is not written.
+// PartitionNodes lists every node of the partition, each that takes no
+// jobs (drained, down, ...) with why: what the agent reads again while it
+// runs.
+//
+// Slurm is reached through a Transport, chosen by config: CLI (the
+// commands, with JSON output as Slurm 22.05 has it; the default) or REST
+// (slurmrestd's OpenAPI v0.0.38 over net/http, with a JWT per user from a
+// token file or a command, got again before it expires). v0.0.38 submits,
+// lists jobs and nodes, cancels and signals; it has no suspend, resume or
+// requeue, so REST runs scontrol for those: the abilities are the same
+// over both.
 package slurm

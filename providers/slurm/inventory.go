@@ -19,30 +19,53 @@ const (
 	LabelState     = "slurm.state"     // sinfo's state: "idle", "mixed", "allocated", ...
 )
 
-// usableStates are the node states a job can be placed in; Nodes leaves
-// the rest (down, drained, draining, fail, future, unknown, ...) out.
+// usableStates are the node states a job can be placed in; the rest
+// (down, drained, draining, fail, future, unknown, ...) are out.
 var usableStates = []string{"idle", "mixed", "allocated", "completing"}
 
+// PartitionNode is a node of the partition and, when it cannot take
+// jobs, why.
+type PartitionNode struct {
+	inventory.Node
+	// Out says why the node takes no jobs ("slurm: node drained: test"),
+	// "" when it does.
+	Out string
+}
+
 // Nodes lists the partition's usable nodes (every partition's, when
-// Config.Partition is empty) as pool nodes, from one sinfo --json: CPUs,
-// memory (RealMemory), GPUs from the node's gpu GRES (one GPU per unit,
-// Model its GRES type, UUID from GPUID, so a Placement of them turns back
-// into --gres), and labels provider (Config.Name), slurm.partition,
-// slurm.features and slurm.state. The node's name is Slurm's, which Start
-// passes as --nodelist.
+// Config.Partition is empty) as pool nodes: PartitionNodes without those
+// Out.
 func (p *Provider) Nodes(ctx context.Context) ([]inventory.Node, error) {
+	all, err := p.PartitionNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []inventory.Node
+	for _, n := range all {
+		if n.Out == "" {
+			out = append(out, n.Node)
+		}
+	}
+	return out, nil
+}
+
+// PartitionNodes lists the partition's nodes, usable or not (every
+// partition's, when Config.Partition is empty), from one sinfo --json (or
+// slurmrestd's nodes): CPUs, memory (RealMemory), GPUs from the node's
+// gpu GRES (one GPU per unit, Model its GRES type, UUID from GPUID, so a
+// Placement of them turns back into --gres), and labels provider
+// (Config.Name), slurm.partition, slurm.features and slurm.state. The
+// node's name is Slurm's, which Start passes as --nodelist. A node down,
+// drained, draining, failing or not responding is Out, with Slurm's
+// state and reason.
+func (p *Provider) PartitionNodes(ctx context.Context) ([]PartitionNode, error) {
 	infos, err := p.tr.Nodes(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("slurm: nodes: %w", err)
 	}
-	var out []inventory.Node
+	var out []PartitionNode
 	for _, ni := range infos {
 		if p.partition != "" && !slices.Contains(ni.Partitions, p.partition) {
-			continue
-		}
-		if !slices.Contains(usableStates, ni.State) || slices.ContainsFunc(ni.StateFlags, func(f string) bool {
-			return f == "DRAIN" || f == "DRAINING" || f == "DRAINED" || f == "NOT_RESPONDING" || f == "FAIL"
-		}) {
 			continue
 		}
 		part := p.partition
@@ -66,9 +89,27 @@ func (p *Provider) Nodes(ctx context.Context) ([]inventory.Node, error) {
 				n.GPUs = append(n.GPUs, inventory.GPU{UUID: GPUID(ni.Name, g.Type, i), Model: g.Type, Source: inventory.FromConfig})
 			}
 		}
-		out = append(out, n)
+		out = append(out, PartitionNode{Node: n, Out: nodeOut(ni)})
 	}
 	return out, nil
+}
+
+// nodeOut says why a node takes no jobs, "" if it does.
+func nodeOut(ni NodeInfo) string {
+	var flags []string
+	for _, f := range ni.StateFlags {
+		if f == "DRAIN" || f == "DRAINING" || f == "DRAINED" || f == "NOT_RESPONDING" || f == "FAIL" {
+			flags = append(flags, strings.ToLower(f))
+		}
+	}
+	if slices.Contains(usableStates, ni.State) && len(flags) == 0 {
+		return ""
+	}
+	why := "slurm: node " + strings.Join(slices.Concat([]string{ni.State}, flags), "+")
+	if ni.Reason != "" {
+		why += ": " + ni.Reason
+	}
+	return why
 }
 
 // GPUID names the i-th GPU of GRES type typ ("" for untyped) on a node:

@@ -30,6 +30,9 @@ type Provider struct {
 	interval                         time.Duration
 	tr                               Transport
 	log                              *slog.Logger
+	// born is when New made the provider: a squeue taken since shows
+	// every job an earlier adapter (or provider) submitted.
+	born time.Time
 
 	// fetching is held (a token in it) while one squeue call runs, so
 	// concurrent Polls share that call; a channel, so a waiter can give up
@@ -53,7 +56,7 @@ var (
 func New(cfg Config) (*Provider, error) {
 	p := &Provider{name: cfg.Name, partition: cfg.Partition, workDir: cfg.WorkDir, prefix: cfg.JobNamePrefix,
 		env: maps.Clone(cfg.Env), user: cfg.User, allowRoot: cfg.AllowRoot, interval: cfg.PollInterval,
-		tr: cfg.Transport, log: cfg.Logger, fetching: make(chan struct{}, 1)}
+		tr: cfg.Transport, log: cfg.Logger, fetching: make(chan struct{}, 1), born: time.Now()}
 	if p.name == "" {
 		p.name = DefaultName
 	}
@@ -67,11 +70,19 @@ func New(cfg Config) (*Provider, error) {
 		p.log = slog.New(slog.DiscardHandler)
 	}
 	p.log = p.log.With("provider", p.name)
-	if p.tr == nil {
-		timeout := cfg.CommandTimeout
-		if timeout <= 0 {
-			timeout = DefaultCommandTimeout
+	timeout := cfg.CommandTimeout
+	if timeout <= 0 {
+		timeout = DefaultCommandTimeout
+	}
+	switch {
+	case p.tr != nil:
+	case cfg.REST != nil:
+		r, err := NewREST(*cfg.REST, cfg.BinDir, cfg.SlurmConf, timeout)
+		if err != nil {
+			return nil, err
 		}
+		p.tr = r
+	default:
 		p.tr = &CLI{Run: Exec(cfg.BinDir, cfg.SlurmConf, timeout)}
 	}
 	if !filepath.IsAbs(p.workDir) || !validPath(p.workDir) {
@@ -169,7 +180,16 @@ func (p *Provider) submit(ctx context.Context, t providers.Task, dir string, acc
 	rec := record{Provider: p.name, TaskID: t.ID, Labels: t.Labels, Note: t.Note}
 	// A job of this name submitted before (by an adapter that lost its
 	// directory, or crashed before writing it): that run is the task's.
-	snap, err := p.jobs(ctx, time.Now())
+	// Such an adapter came before this provider, so a squeue since it was
+	// made shows the job; one at most a poll interval old (the one Polls
+	// share) serves every start of that interval, not one squeue per
+	// start. (Within this provider, the task directory made above already
+	// keeps a task ID to one submission.)
+	notBefore := time.Now().Add(-p.interval)
+	if notBefore.Before(p.born) {
+		notBefore = p.born
+	}
+	snap, err := p.jobs(ctx, notBefore)
 	if err != nil {
 		return providers.Handle{}, err
 	}

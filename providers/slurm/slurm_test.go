@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/computeboard/computeboard/internal/slurmtest"
 	"github.com/computeboard/computeboard/inventory"
@@ -58,7 +59,13 @@ func TestArgvAndEnvAreNotInterpreted(t *testing.T) {
 func TestEnvironment(t *testing.T) {
 	t.Setenv("CB_ADAPTER_SECRET", "leak") // not parallel: Setenv
 	t.Setenv("SBATCH_TIMELIMIT", "1")     // sbatch would read it as --time
-	p := newTestProvider(t, Config{Env: map[string]string{"PATH": "/usr/bin:/bin", "CB_BASE": "base"}})
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) { testEnvironment(t, tr) })
+	}
+}
+
+func testEnvironment(t *testing.T, tr string) {
+	p := newTestProviderOver(t, tr, Config{Env: map[string]string{"PATH": "/usr/bin:/bin", "CB_BASE": "base"}})
 	st, out := run(t, p, providers.Task{Argv: []string{"/usr/bin/env", "-0"}, Env: map[string]string{"CB_TASK": "task", "CB_BASE": "over"}})
 	if st.State != providers.StateSucceeded {
 		t.Fatalf("status %+v", st)
@@ -91,8 +98,14 @@ func TestEnvironment(t *testing.T) {
 // options the job sees.
 func TestPlacementAndResources(t *testing.T) {
 	t.Parallel()
+	for _, tr := range transports { // one after the other: each expects the first GPU free
+		t.Run(tr, func(t *testing.T) { testPlacementAndResources(t, tr) })
+	}
+}
+
+func testPlacementAndResources(t *testing.T, tr string) {
 	c := slurmtest.Shared(t)
-	p := newTestProvider(t, Config{})
+	p := newTestProviderOver(t, tr, Config{})
 	task := providers.Task{
 		Argv:      []string{"/bin/sh", "-c", `printf '%s ' "$SLURM_JOB_NODELIST" "$SLURM_CPUS_PER_TASK" "$SLURM_MEM_PER_NODE" "$CUDA_VISIBLE_DEVICES"`},
 		Resources: providers.Resources{CPUCores: 1.5, MemoryBytes: 100<<20 + 1},
@@ -107,8 +120,17 @@ func TestPlacementAndResources(t *testing.T) {
 // TestNodes lists the cluster's node as a pool node.
 func TestNodes(t *testing.T) {
 	t.Parallel()
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			testNodes(t, tr)
+		})
+	}
+}
+
+func testNodes(t *testing.T, tr string) {
 	c := slurmtest.Shared(t)
-	p := newTestProvider(t, Config{})
+	p := newTestProviderOver(t, tr, Config{})
 	got, err := p.Nodes(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +148,7 @@ func TestNodes(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Nodes (-want +got):\n%s", diff)
 	}
-	other := newTestProvider(t, Config{Partition: "nosuchpartition"})
+	other := newTestProviderOver(t, tr, Config{Partition: "nosuchpartition"})
 	if got, err := other.Nodes(t.Context()); err != nil || len(got) != 0 {
 		t.Errorf("Nodes of another partition = %v, %v; want none", got, err)
 	}
@@ -231,6 +253,15 @@ func TestRunAsUser(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			testRunAsUser(t, tr)
+		})
+	}
+}
+
+func testRunAsUser(t *testing.T, tr string) {
 	base, err := os.MkdirTemp("", "cbslurm-user")
 	if err != nil {
 		t.Fatal(err)
@@ -239,7 +270,7 @@ func TestRunAsUser(t *testing.T) {
 	if err := os.Chmod(base, 0o711); err != nil { // nobody passes through
 		t.Fatal(err)
 	}
-	p := newTestProvider(t, Config{WorkDir: filepath.Join(base, "work")})
+	p := newTestProviderOver(t, tr, Config{WorkDir: filepath.Join(base, "work")})
 	p.allowRoot = false
 	st, out := run(t, p, providers.Task{Argv: []string{"/usr/bin/id", "-un"}, User: "nobody"})
 	if st.State != providers.StateSucceeded || out != "nobody\n" {
@@ -254,7 +285,16 @@ func TestRunAsUser(t *testing.T) {
 // the task ID can be started again.
 func TestRefusedSubmission(t *testing.T) {
 	t.Parallel()
-	p := newTestProvider(t, Config{})
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			testRefusedSubmission(t, tr)
+		})
+	}
+}
+
+func testRefusedSubmission(t *testing.T, tr string) {
+	p := newTestProviderOver(t, tr, Config{})
 	task := providers.Task{ID: providertest.TaskID(t), Argv: cmds.Exit(0), Placement: providers.Placement{Node: "nosuchnode"}}
 	if _, err := p.Start(t.Context(), task); err == nil || errors.Is(err, providers.ErrTaskExists) {
 		t.Fatalf("Start on a node Slurm does not have: %v, want sbatch's refusal", err)
@@ -263,4 +303,62 @@ func TestRefusedSubmission(t *testing.T) {
 	if st, _ := run(t, p, task); st.State != providers.StateSucceeded {
 		t.Errorf("retry: state %s, want succeeded", st.State)
 	}
+}
+
+// TestPartitionNodesOut: a node drained in Slurm is listed Out, with
+// Slurm's state and reason, and left out of Nodes, over each transport;
+// resumed, it is usable again.
+func TestPartitionNodesOut(t *testing.T) {
+	t.Parallel()
+	c := slurmtest.StartT(t, slurmtest.Options{CPUs: 2, REST: true})
+	scontrol := func(args ...string) {
+		t.Helper()
+		if out, err := c.Command(t.Context(), "scontrol", args...).CombinedOutput(); err != nil {
+			t.Fatalf("scontrol %v: %v: %s", args, err, out)
+		}
+	}
+	providersOn := map[string]*Provider{}
+	for _, tr := range transports {
+		cfg := Config{}
+		if tr == "rest" {
+			r, err := NewREST(RESTConfig{URL: c.RESTURL}, "", c.Conf, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Transport = r
+		}
+		providersOn[tr] = newProviderOn(t, c, cfg)
+	}
+	check := func(wantOut []string) {
+		t.Helper()
+		for tr, p := range providersOn {
+			all, err := p.PartitionNodes(t.Context())
+			if err != nil || len(all) != 1 || all[0].Name != c.Node {
+				t.Fatalf("%s: PartitionNodes = %+v, %v; want node %s", tr, all, err, c.Node)
+			}
+			for _, w := range wantOut {
+				if !strings.Contains(all[0].Out, w) {
+					t.Errorf("%s: Out %q; want it to say %q", tr, all[0].Out, w)
+				}
+			}
+			if len(wantOut) == 0 && all[0].Out != "" {
+				t.Errorf("%s: Out %q; want usable", tr, all[0].Out)
+			}
+			usable, err := p.Nodes(t.Context())
+			if err != nil || len(usable) != map[bool]int{true: 1, false: 0}[len(wantOut) == 0] {
+				t.Errorf("%s: Nodes = %+v, %v", tr, usable, err)
+			}
+		}
+	}
+	check(nil)
+	scontrol("update", "nodename="+c.Node, "state=drain", "reason=cb-drain-test")
+	check([]string{"drain", "cb-drain-test"})
+	scontrol("update", "nodename="+c.Node, "state=resume")
+	// Resumed, the node is not responding until slurmctld's next ping.
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if all, err := providersOn["cli"].PartitionNodes(t.Context()); err == nil && len(all) == 1 && all[0].Out == "" {
+			break
+		}
+	}
+	check(nil)
 }

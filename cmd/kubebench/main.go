@@ -1,0 +1,541 @@
+// Command kubebench measures computeboard over its Kubernetes provider
+// against Jobs created straight through client-go, in the same run, on the
+// same control plane. It starts one (internal/kubetest: etcd,
+// kube-apiserver, kube-controller-manager, kube-scheduler and kwok, with
+// -nodes fake nodes; the binaries of scripts/k8s-build.sh) and an
+// `adapter serve` (-adapter) on the Redis given by -redis whose only
+// provider is that cluster. Every job is the same: one Pod that runs
+// until deleted (kwok's /kwok/sleep), asking for 100m of CPU and 64 MiB.
+// Both sides are timed by one informer of the bench's on every Pod: a
+// job is started when its Pod is first seen Running (bound by the
+// kube-scheduler, made Running by kwok, as a kubelet would).
+//
+// One line of key=value pairs per figure:
+//
+//   - side=direct part=throughput: -n Jobs created in a loop, one after
+//     the other, over protobuf as the provider talks, each pinned to a
+//     node (required node affinity, round robin) as the provider pins them; create_per_s is -n over the
+//     loop's time, started_per_s -n over the time from the first create
+//     to the last Pod Running.
+//   - side=computeboard part=throughput: -n compute.request entries
+//     posted through blackboard.Store.Post by -posters modules at once;
+//     started_per_s is -n over the time from the first post to the last
+//     Pod Running, with ratio (to direct's started_per_s),
+//     overhead_ms_per_job and overhead_pct.
+//   - side=direct part=latency: -latency-n Jobs one at a time, from just
+//     before Create to the Pod Running (p50, p99).
+//   - side=computeboard part=latency: the same from just before
+//     Store.Post, with overhead_p50_ms and ratio_p50.
+//
+// Each side's Jobs are deleted (their namespace) before the next part.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/internal/benchutil"
+	"github.com/computeboard/computeboard/internal/clock"
+	"github.com/computeboard/computeboard/internal/kubetest"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kubebench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	adapter       string
+	addr, network string
+	n, posters    int
+	latencyN      int
+	nodes         int
+	timeout       time.Duration
+}
+
+// idLabel names a Job's Pod for the bench: the direct side's own label,
+// the request's entry ID (computeboard.io/request) on computeboard's.
+const (
+	directLabel  = "kubebench/id"
+	requestLabel = "computeboard.io/request"
+)
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	var o options
+	fs := flag.NewFlagSet("kubebench", flag.ContinueOnError)
+	fs.StringVar(&o.adapter, "adapter", "", "the adapter binary (required)")
+	fs.StringVar(&o.addr, "redis", "127.0.0.1:6379", "Redis address (host:port, or a socket path with -network unix)")
+	fs.StringVar(&o.network, "network", "tcp", "tcp or unix")
+	fs.IntVar(&o.n, "n", 200, "jobs of the throughput part, per side")
+	fs.IntVar(&o.posters, "posters", 4, "concurrent posters, each its own module")
+	fs.IntVar(&o.latencyN, "latency-n", 30, "jobs of the latency part, one at a time, per side")
+	fs.IntVar(&o.nodes, "nodes", 4, "fake nodes (each takes 1000 Pods)")
+	fs.DurationVar(&o.timeout, "timeout", 20*time.Minute, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.adapter == "" {
+		return errors.New("-adapter is required (go build -o DIR/adapter ./cmd/adapter)")
+	}
+	if o.n < 1 || o.posters < 1 || o.latencyN < 1 || o.nodes < 1 {
+		return errors.New("-n, -posters, -latency-n and -nodes must be positive")
+	}
+	if abs, err := filepath.Abs(o.adapter); err == nil {
+		o.adapter = abs
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Network: o.network, Addr: o.addr, PoolSize: 16})
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis %s: %w", o.addr, err)
+	}
+	var nodes []kubetest.NodeSpec
+	for i := range o.nodes {
+		nodes = append(nodes, kubetest.NodeSpec{Name: fmt.Sprintf("bench-%d", i), CPU: "1000", Memory: "4Ti", Pods: 1000})
+	}
+	c, err := kubetest.Start(kubetest.Options{Nodes: nodes})
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+	// The direct side talks as the provider does: protobuf.
+	rc := c.RESTConfig()
+	rc.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	rc.ContentType = "application/vnd.kubernetes.protobuf"
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "kubebench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	w, err := watchPods(ctx, cs)
+	if err != nil {
+		return err
+	}
+	defer w.stop()
+	b := &bench{o: o, rdb: rdb, c: c, cs: cs, dir: dir, w: w}
+
+	d, err := b.direct(ctx, stdout)
+	if err != nil {
+		return fmt.Errorf("direct: %w", err)
+	}
+	return b.computeboard(ctx, stdout, d)
+}
+
+type bench struct {
+	o   options
+	rdb *redis.Client
+	c   *kubetest.Cluster
+	cs  kubernetes.Interface
+	dir string
+	w   *podWatch
+}
+
+// direct is the direct side's figures.
+type direct struct {
+	startedPerS float64
+	p50         time.Duration
+}
+
+// namespace creates a namespace for one side.
+func (b *bench) namespace(ctx context.Context, name string) (string, func(), error) {
+	if _, err := b.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		return "", nil, err
+	}
+	return name, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = b.cs.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
+	}, nil
+}
+
+// job is a Job as the provider makes it, pinned to node.
+func job(id, node string) *batchv1.Job {
+	rl := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")}
+	labels := map[string]string{directLabel: id}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "direct-" + id, Labels: labels},
+		Spec: batchv1.JobSpec{BackoffLimit: new(int32(0)), Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: labels},
+			Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+					RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+						MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
+					}}},
+				}},
+				Containers: []corev1.Container{{Name: "task", Image: "bench", Command: []string{kubetest.ProgSleep},
+					Resources: corev1.ResourceRequirements{Requests: rl, Limits: rl}}},
+			},
+		}},
+	}
+}
+
+func (b *bench) direct(ctx context.Context, stdout io.Writer) (direct, error) {
+	ns, drop, err := b.namespace(ctx, "direct")
+	if err != nil {
+		return direct{}, err
+	}
+	defer drop()
+	create := func(id string, i int) error {
+		_, err := b.cs.BatchV1().Jobs(ns).Create(ctx, job(id, b.c.Nodes[i%len(b.c.Nodes)].Name), metav1.CreateOptions{})
+		return err
+	}
+	ids := make([]string, b.o.n)
+	start := time.Now()
+	for i := range ids {
+		ids[i] = fmt.Sprintf("t%d", i)
+		if err := create(ids[i], i); err != nil {
+			return direct{}, err
+		}
+	}
+	created := time.Since(start)
+	last, err := b.w.waitAll(ctx, directLabel, ids)
+	if err != nil {
+		return direct{}, err
+	}
+	var d direct
+	secs := last.Sub(start).Seconds()
+	d.startedPerS = float64(b.o.n) / secs
+	fmt.Fprintf(stdout, "side=direct part=throughput n=%d nodes=%d create_secs=%.3f create_per_s=%.1f started_secs=%.3f started_per_s=%.1f\n",
+		b.o.n, b.o.nodes, created.Seconds(), float64(b.o.n)/created.Seconds(), secs, d.startedPerS)
+
+	lats := make([]time.Duration, 0, b.o.latencyN)
+	for i := range b.o.latencyN {
+		id := fmt.Sprintf("l%d", i)
+		t0 := time.Now()
+		if err := create(id, i); err != nil {
+			return direct{}, err
+		}
+		at, err := b.w.waitAll(ctx, directLabel, []string{id})
+		if err != nil {
+			return direct{}, err
+		}
+		lats = append(lats, at.Sub(t0))
+	}
+	d.p50 = pct(lats, 50)
+	fmt.Fprintf(stdout, "side=direct part=latency n=%d create_to_started_p50_ms=%.1f create_to_started_p99_ms=%.1f\n",
+		b.o.latencyN, ms(d.p50), ms(pct(lats, 99)))
+	return d, nil
+}
+
+func (b *bench) computeboard(ctx context.Context, stdout io.Writer, d direct) error {
+	ns, drop, err := b.namespace(ctx, "computeboard")
+	if err != nil {
+		return err
+	}
+	defer drop()
+	board := fmt.Sprintf("kubebench-%d-%d", os.Getpid(), time.Now().UnixNano())
+	store, err := blackboard.New(b.rdb, blackboard.Config{Namespace: board, MaxEntries: 100000, Clock: clock.Real{},
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return err
+	}
+	defer benchutil.DropBoard(b.rdb, store.Keys())
+	ad, err := b.startAdapter(ctx, board, ns)
+	if err != nil {
+		return err
+	}
+	defer ad.stop()
+	data, _ := json.Marshal(map[string]any{"template": "sleep",
+		"resource_requirements": map[string]any{"cpu_cores": 0.1, "memory": 0.0625}})
+
+	ids := make([]string, b.o.n)
+	start := time.Now()
+	g, gctx := errgroup.WithContext(ctx)
+	for p := range b.o.posters {
+		g.Go(func() error {
+			for i := p; i < b.o.n; i += b.o.posters {
+				id, err := store.Post(gctx, blackboard.NewEntry(blackboard.RequestTopic, fmt.Sprint("poster", p), data))
+				if err != nil {
+					return fmt.Errorf("post: %w", err)
+				}
+				ids[i] = id
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	posted := time.Since(start)
+	last, err := b.w.waitAll(ctx, requestLabel, ids)
+	if err != nil {
+		return fmt.Errorf("%w; adapter log: %s", err, ad.logTail())
+	}
+	secs := last.Sub(start).Seconds()
+	perS := float64(b.o.n) / secs
+	fmt.Fprintf(stdout, "side=computeboard part=throughput n=%d nodes=%d posters=%d post_secs=%.3f started_secs=%.3f started_per_s=%.1f direct_started_per_s=%.1f ratio=%.3f overhead_ms_per_job=%.1f overhead_pct=%.1f\n",
+		b.o.n, b.o.nodes, b.o.posters, posted.Seconds(), secs, perS, d.startedPerS, perS/d.startedPerS, 1000/perS-1000/d.startedPerS,
+		100*(d.startedPerS/perS-1))
+
+	lats := make([]time.Duration, 0, b.o.latencyN)
+	for range b.o.latencyN {
+		t0 := time.Now()
+		id, err := store.Post(ctx, blackboard.NewEntry(blackboard.RequestTopic, "latency", data))
+		if err != nil {
+			return err
+		}
+		at, err := b.w.waitAll(ctx, requestLabel, []string{id})
+		if err != nil {
+			return fmt.Errorf("%w; adapter log: %s", err, ad.logTail())
+		}
+		lats = append(lats, at.Sub(t0))
+	}
+	p50 := pct(lats, 50)
+	fmt.Fprintf(stdout, "side=computeboard part=latency n=%d post_to_started_p50_ms=%.1f post_to_started_p99_ms=%.1f direct_p50_ms=%.1f overhead_p50_ms=%.1f ratio_p50=%.3f\n",
+		b.o.latencyN, ms(p50), ms(pct(lats, 99)), ms(d.p50), ms(p50-d.p50), float64(p50)/float64(d.p50))
+	return nil
+}
+
+func pct(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, (len(s)*p+99)/100-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// ---- the Pods' starts ----
+
+// podWatch records when each Pod is first seen Running, by the value of
+// each of its labels (label key → value → time).
+type podWatch struct {
+	mu      sync.Mutex
+	running map[string]map[string]time.Time // guarded by mu
+	changed chan struct{}                   // one slot: something was recorded
+	stop    func()
+}
+
+func watchPods(ctx context.Context, cs kubernetes.Interface) (*podWatch, error) {
+	w := &podWatch{running: map[string]map[string]time.Time{}, changed: make(chan struct{}, 1)}
+	f := informers.NewSharedInformerFactory(cs, 0)
+	inf := f.Core().V1().Pods().Informer()
+	seen := func(obj any) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok || pod.Status.Phase != corev1.PodRunning {
+			return
+		}
+		now := time.Now()
+		w.mu.Lock()
+		for _, key := range []string{directLabel, requestLabel} {
+			if v := pod.Labels[key]; v != "" {
+				if w.running[key] == nil {
+					w.running[key] = map[string]time.Time{}
+				}
+				if _, ok := w.running[key][v]; !ok {
+					w.running[key][v] = now
+				}
+			}
+		}
+		w.mu.Unlock()
+		select {
+		case w.changed <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, obj any) { seen(obj) }}); err != nil {
+		return nil, err
+	}
+	ictx, cancel := context.WithCancel(ctx)
+	f.Start(ictx.Done())
+	w.stop = func() { cancel(); f.Shutdown() }
+	for _, ok := range f.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			w.stop()
+			return nil, errors.New("pod informer not synced")
+		}
+	}
+	return w, nil
+}
+
+// waitAll waits until the Pod of every id (the value of label key) is
+// Running and returns when the last was first seen so.
+func (w *podWatch) waitAll(ctx context.Context, key string, ids []string) (time.Time, error) {
+	for {
+		w.mu.Lock()
+		var last time.Time
+		missing := 0
+		for _, id := range ids {
+			at, ok := w.running[key][id]
+			if !ok {
+				missing++
+			} else if at.After(last) {
+				last = at
+			}
+		}
+		w.mu.Unlock()
+		if missing == 0 {
+			return last, nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("%d of %d jobs not started: %w", missing, len(ids), ctx.Err())
+		case <-w.changed:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// ---- the adapter ----
+
+type adapterProc struct {
+	cmd    *exec.Cmd
+	url    string
+	log    string
+	exited chan struct{}
+	err    error
+	once   sync.Once
+}
+
+// startAdapter starts an adapter whose only provider is the cluster, its
+// Jobs in namespace ns, and waits until it is the scheduler and sees the
+// cluster's nodes.
+func (b *bench) startAdapter(ctx context.Context, board, ns string) (*adapterProc, error) {
+	redisURL := "redis://" + b.o.addr
+	if b.o.network == "unix" {
+		redisURL = "unix://" + b.o.addr
+	}
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, "board: %q\nredis: %q\nlisten: 127.0.0.1:0\nwork_dir: %q\n", board, redisURL, filepath.Join(b.dir, "jobs"))
+	fmt.Fprintf(&cfg, "templates:\n  sleep: {command: [%s], image: bench}\n", kubetest.ProgSleep)
+	fmt.Fprintf(&cfg, "broker:\n  module_rate: -1\n  module_max_waiting: -1\n")
+	fmt.Fprintf(&cfg, "providers:\n  - name: k8s\n    kind: kube\n    kube: {kubeconfig: %q, namespace: %s, work_dir: %q}\n",
+		b.c.Kubeconfig, ns, filepath.Join(b.dir, "kube"))
+	cfgPath := filepath.Join(b.dir, "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o644); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(b.dir, "adapter.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(b.o.adapter, "serve", "--config", cfgPath, "--log-level", "warn")
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	ad := &adapterProc{cmd: cmd, log: logPath, exited: make(chan struct{})}
+	urls := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if _, rest, ok := strings.Cut(sc.Text(), "HTTP API on "); ok {
+				select {
+				case urls <- strings.Fields(rest)[0]:
+				default:
+				}
+			}
+		}
+		ad.err = cmd.Wait()
+		close(ad.exited)
+	}()
+	ready := func() error {
+		select {
+		case ad.url = <-urls:
+		case <-ad.exited:
+			return ad.exitError()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		for {
+			body, err := ad.get(ctx, "/api/v1/nodes")
+			if err == nil && !slices.ContainsFunc(b.c.Nodes, func(n kubetest.NodeSpec) bool { return !strings.Contains(body, `"`+n.Name+`"`) }) {
+				return nil
+			}
+			select {
+			case <-ad.exited:
+				return ad.exitError()
+			case <-ctx.Done():
+				return fmt.Errorf("adapter not ready: %w; log: %s", ctx.Err(), ad.logTail())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	if err := ready(); err != nil {
+		ad.stop()
+		return nil, err
+	}
+	return ad, nil
+}
+
+func (ad *adapterProc) get(ctx context.Context, path string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", ad.url+path, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return string(body), err
+}
+
+func (ad *adapterProc) stop() {
+	ad.once.Do(func() {
+		_ = ad.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-ad.exited:
+		case <-time.After(30 * time.Second):
+			_ = ad.cmd.Process.Kill()
+			<-ad.exited
+		}
+	})
+}
+
+func (ad *adapterProc) exitError() error {
+	return fmt.Errorf("adapter exited (%v); log: %s", ad.err, ad.logTail())
+}
+
+func (ad *adapterProc) logTail() string {
+	b, _ := os.ReadFile(ad.log)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-20):], "\n")
+}
