@@ -52,7 +52,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -62,7 +61,6 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -308,17 +306,17 @@ func (b *bench) throughput(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer ad.stop()
+	defer ad.Stop()
 
 	fin, werr, stopWatch := startWatch(ctx, store, b.o.n+16)
 	defer stopWatch()
 
 	data := requestData("true", b.cpuPerJob())
-	cpu0, err := b.cpuUse(ctx, ad.pid)
+	cpu0, err := b.cpuUse(ctx, ad.Pid())
 	if err != nil {
 		return err
 	}
-	runs0, _ := ad.schedulerMetric(ctx, "scheduler_cycles")
+	runs0, _ := schedulerMetric(ctx, ad, "scheduler_cycles")
 	start := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
 	for c := range b.o.posters {
@@ -339,23 +337,23 @@ func (b *bench) throughput(ctx context.Context, stdout io.Writer) error {
 		select {
 		case ev := <-fin:
 			if ev.Status != wire.JobSucceeded {
-				return fmt.Errorf("job %s ended %s (%s %s); adapter log: %s", ev.JobID, ev.Status, ev.ReasonCode, ev.ErrorCode, ad.logTail())
+				return fmt.Errorf("job %s ended %s (%s %s); adapter log: %s", ev.JobID, ev.Status, ev.ReasonCode, ev.ErrorCode, ad.LogTail())
 			}
 			end = ev.observed
 		case err := <-werr:
 			return fmt.Errorf("watching compute.job.finished: %w", err)
-		case <-ad.exited:
-			return fmt.Errorf("%d of %d jobs done: %w", done, b.o.n, ad.exitError())
+		case <-ad.Exited():
+			return fmt.Errorf("%d of %d jobs done: %w", done, b.o.n, ad.ExitError())
 		case <-ctx.Done():
 			return fmt.Errorf("%d of %d jobs done: %w", done, b.o.n, ctx.Err())
 		}
 	}
 	took := end.Sub(start)
-	cpu1, err := b.cpuUse(ctx, ad.pid)
+	cpu1, err := b.cpuUse(ctx, ad.Pid())
 	if err != nil {
 		return err
 	}
-	runs1, _ := ad.schedulerMetric(ctx, "scheduler_cycles")
+	runs1, _ := schedulerMetric(ctx, ad, "scheduler_cycles")
 	perS := float64(b.o.n) / took.Seconds()
 	fmt.Fprintf(stdout, "side=computeboard part=throughput n=%d posters=%d concurrency=%d cpu_per_job=%g secs=%.3f jobs_per_s=%.0f forkexec_per_s=%.0f ratio=%.3f"+
 		" adapter_cpu_ms_per_job=%.3f children_cpu_ms_per_job=%.3f redis_cpu_ms_per_job=%.3f forkexec_children_cpu_ms_per_exec=%.3f engine_runs_per_job=%.2f\n",
@@ -505,7 +503,7 @@ func (b *bench) latency(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer ad.stop()
+	defer ad.Stop()
 	fin, werr, stopWatch := startWatch(ctx, store, 16)
 	defer stopWatch()
 
@@ -525,14 +523,14 @@ func (b *bench) latency(ctx context.Context, stdout io.Writer) error {
 			case ev = <-fin:
 			case err := <-werr:
 				return fmt.Errorf("watching compute.job.finished: %w", err)
-			case <-ad.exited:
-				return ad.exitError()
+			case <-ad.Exited():
+				return ad.ExitError()
 			case <-ctx.Done():
 				return ctx.Err()
 			}
 		}
 		if ev.Status != wire.JobSucceeded {
-			return fmt.Errorf("job %s ended %s (%s %s); adapter log: %s", ev.JobID, ev.Status, ev.ReasonCode, ev.ErrorCode, ad.logTail())
+			return fmt.Errorf("job %s ended %s (%s %s); adapter log: %s", ev.JobID, ev.Status, ev.ReasonCode, ev.ErrorCode, ad.LogTail())
 		}
 		st, err := b.stamps.wait(ctx, e.ID, true)
 		if err != nil {
@@ -597,7 +595,7 @@ func (b *bench) pending(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer ad.stop()
+	defer ad.Stop()
 
 	// Fill the node: one job holding all its CPUs, until it is killed
 	// below (or, should this program die, for no longer than -timeout).
@@ -609,12 +607,12 @@ func (b *bench) pending(ctx context.Context, stdout io.Writer) error {
 	}
 	st, err := b.stamps.wait(ctx, hold.ID, false)
 	if err != nil {
-		return fmt.Errorf("the filler did not start: %w; adapter log: %s", err, ad.logTail())
+		return fmt.Errorf("the filler did not start: %w; adapter log: %s", err, ad.LogTail())
 	}
 	// Stop the adapter first (so the pending jobs never start), then the
 	// filler, which this program started through it.
 	defer func() {
-		ad.stop()
+		ad.Stop()
 		if st.pid > 0 && syscall.Kill(st.pid, syscall.SIGKILL) == nil {
 			// Until its supervisor has reaped it and so is done with the
 			// task directory, which close removes.
@@ -631,7 +629,7 @@ func (b *bench) pending(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 
-	idle, err := cpuPercent(ctx, ad.pid, b.o.secs)
+	idle, err := cpuPercent(ctx, ad.Pid(), b.o.secs)
 	if err != nil {
 		return err
 	}
@@ -666,8 +664,8 @@ func (b *bench) pending(ctx context.Context, stdout io.Writer) error {
 			break
 		}
 		select {
-		case <-ad.exited:
-			return fmt.Errorf("%d of %d jobs accepted: %w", n-1, b.o.pending, ad.exitError())
+		case <-ad.Exited():
+			return fmt.Errorf("%d of %d jobs accepted: %w", n-1, b.o.pending, ad.ExitError())
 		case <-ctx.Done():
 			return fmt.Errorf("%d of %d jobs accepted: %w", n-1, b.o.pending, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
@@ -676,7 +674,7 @@ func (b *bench) pending(ctx context.Context, stdout io.Writer) error {
 	if err := sleep(ctx, time.Second); err != nil {
 		return err
 	}
-	busy, err := cpuPercent(ctx, ad.pid, b.o.secs)
+	busy, err := cpuPercent(ctx, ad.Pid(), b.o.secs)
 	if err != nil {
 		return err
 	}
@@ -710,16 +708,16 @@ func (b *bench) pending(ctx context.Context, stdout io.Writer) error {
 
 type memory struct{ redis, rss, heap int64 }
 
-func (b *bench) measureMemory(ctx context.Context, ad *adapterProc) (memory, error) {
+func (b *bench) measureMemory(ctx context.Context, ad *benchutil.Adapter) (memory, error) {
 	var m memory
 	var err error
 	if m.redis, err = usedMemory(ctx, b.rdb); err != nil {
 		return m, err
 	}
-	if m.rss, err = vmRSS(ad.pid); err != nil {
+	if m.rss, err = vmRSS(ad.Pid()); err != nil {
 		return m, err
 	}
-	m.heap, err = ad.heapAlloc(ctx)
+	m.heap, err = heapAlloc(ctx, ad)
 	return m, err
 }
 
@@ -894,17 +892,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // ---- the adapter ----
 
-// adapterProc is one `adapter serve` child process.
-type adapterProc struct {
-	cmd    *exec.Cmd
-	pid    int
-	url    string        // its HTTP API
-	log    string        // its stderr
-	exited chan struct{} // closed once it has exited
-	err    error         // how it exited; written before exited is closed
-	once   sync.Once
-}
-
 // nodeName is the node every adapter of the benchmark serves (each on its
 // own board).
 const nodeName = "e2ebench"
@@ -912,15 +899,12 @@ const nodeName = "e2ebench"
 // startAdapter writes a config for board and starts an adapter serving
 // this machine as one node, and waits until it is the scheduler and its
 // node is registered. maxPending 0 keeps the default.
-func (b *bench) startAdapter(ctx context.Context, part, board string, maxPending int) (*adapterProc, error) {
+func (b *bench) startAdapter(ctx context.Context, part, board string, maxPending int) (*benchutil.Adapter, error) {
 	dir := filepath.Join(b.dir, part)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, err
 	}
-	redisURL := "redis://" + b.o.addr
-	if b.o.network == "unix" {
-		redisURL = "unix://" + b.o.addr
-	}
+	redisURL := benchutil.RedisURL(b.o.network, b.o.addr)
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, "board: %q\nredis: %q\nlisten: 127.0.0.1:0\nwork_dir: %q\n", board, redisURL, filepath.Join(dir, "jobs"))
 	if b.o.perTask {
@@ -946,92 +930,15 @@ func (b *bench) startAdapter(ctx context.Context, part, board string, maxPending
 	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o644); err != nil {
 		return nil, err
 	}
-	logPath := filepath.Join(dir, "adapter.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	cmd := exec.Command(b.o.adapter, "serve", "--config", cfgPath, "--log-level", "warn")
-	cmd.Stderr = logf
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	ad := &adapterProc{cmd: cmd, pid: cmd.Process.Pid, log: logPath, exited: make(chan struct{})}
-	urls := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if _, rest, ok := strings.Cut(sc.Text(), "HTTP API on "); ok {
-				select {
-				case urls <- strings.Fields(rest)[0]:
-				default:
-				}
-			}
-		}
-		ad.err = cmd.Wait()
-		close(ad.exited)
-	}()
-	ready := func() error {
-		select {
-		case ad.url = <-urls:
-		case <-ad.exited:
-			return ad.exitError()
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		for {
-			if ad.registered(ctx) {
-				return nil
-			}
-			select {
-			case <-ad.exited:
-				return ad.exitError()
-			case <-ctx.Done():
-				return fmt.Errorf("adapter not ready: %w; log: %s", ctx.Err(), ad.logTail())
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}
-	if err := ready(); err != nil {
-		ad.stop()
-		return nil, err
-	}
-	return ad, nil
-}
-
-// registered reports whether the adapter is the scheduler and sees its
-// node.
-func (ad *adapterProc) registered(ctx context.Context) bool {
-	body, err := ad.get(ctx, "/api/v1/nodes")
-	return err == nil && strings.Contains(body, `"`+nodeName+`"`)
-}
-
-func (ad *adapterProc) get(ctx context.Context, path string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", ad.url+path, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("GET %s: %s", path, resp.Status)
-	}
-	return string(body), err
+	return benchutil.StartAdapter(ctx, b.o.adapter, cfgPath, filepath.Join(dir, "adapter.log"), func(nodes string) bool {
+		return strings.Contains(nodes, `"`+nodeName+`"`)
+	})
 }
 
 // schedulerMetric reads one of the scheduler's own figures (the metrics
 // of GET /api/v1/scheduler), e.g. scheduler_cycles: its engine runs.
-func (ad *adapterProc) schedulerMetric(ctx context.Context, name string) (float64, error) {
-	body, err := ad.get(ctx, "/api/v1/scheduler")
+func schedulerMetric(ctx context.Context, ad *benchutil.Adapter, name string) (float64, error) {
+	body, err := ad.Get(ctx, "/api/v1/scheduler")
 	if err != nil {
 		return 0, err
 	}
@@ -1045,8 +952,8 @@ func (ad *adapterProc) schedulerMetric(ctx context.Context, name string) (float6
 }
 
 // heapAlloc reads go_memstats_heap_alloc_bytes from the adapter's /metrics.
-func (ad *adapterProc) heapAlloc(ctx context.Context) (int64, error) {
-	body, err := ad.get(ctx, "/metrics")
+func heapAlloc(ctx context.Context, ad *benchutil.Adapter) (int64, error) {
+	body, err := ad.Get(ctx, "/metrics")
 	if err != nil {
 		return 0, err
 	}
@@ -1057,33 +964,6 @@ func (ad *adapterProc) heapAlloc(ctx context.Context) (int64, error) {
 		}
 	}
 	return 0, errors.New("/metrics has no go_memstats_heap_alloc_bytes")
-}
-
-// stop ends the adapter: SIGTERM, then SIGKILL after 30 s.
-func (ad *adapterProc) stop() {
-	ad.once.Do(func() {
-		_ = ad.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-ad.exited:
-		case <-time.After(30 * time.Second):
-			_ = ad.cmd.Process.Kill()
-			<-ad.exited
-		}
-	})
-}
-
-// exitError says that the adapter exited, how, and what it logged last.
-func (ad *adapterProc) exitError() error {
-	return fmt.Errorf("adapter exited (%v); log: %s", ad.err, ad.logTail())
-}
-
-// logTail is the end of the adapter's log, for error messages.
-func (ad *adapterProc) logTail() string {
-	b, _ := os.ReadFile(ad.log)
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	return strings.TrimSpace(string(b))
 }
 
 // ---- stamps ----

@@ -31,7 +31,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -39,9 +38,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -272,7 +269,7 @@ func (b *bench) computeboard(ctx context.Context, stdout io.Writer, d direct) er
 	if err != nil {
 		return err
 	}
-	defer ad.stop()
+	defer ad.Stop()
 	data, _ := json.Marshal(map[string]any{"template": "sleep",
 		"resource_requirements": map[string]any{"cpu_cores": 0.1, "memory": 0.0625}})
 
@@ -297,7 +294,7 @@ func (b *bench) computeboard(ctx context.Context, stdout io.Writer, d direct) er
 	posted := time.Since(start)
 	last, err := b.w.waitAll(ctx, requestLabel, ids)
 	if err != nil {
-		return fmt.Errorf("%w; adapter log: %s", err, ad.logTail())
+		return fmt.Errorf("%w; adapter log: %s", err, ad.LogTail())
 	}
 	secs := last.Sub(start).Seconds()
 	perS := float64(b.o.n) / secs
@@ -314,7 +311,7 @@ func (b *bench) computeboard(ctx context.Context, stdout io.Writer, d direct) er
 		}
 		at, err := b.w.waitAll(ctx, requestLabel, []string{id})
 		if err != nil {
-			return fmt.Errorf("%w; adapter log: %s", err, ad.logTail())
+			return fmt.Errorf("%w; adapter log: %s", err, ad.LogTail())
 		}
 		lats = append(lats, at.Sub(t0))
 	}
@@ -415,23 +412,11 @@ func (w *podWatch) waitAll(ctx context.Context, key string, ids []string) (time.
 
 // ---- the adapter ----
 
-type adapterProc struct {
-	cmd    *exec.Cmd
-	url    string
-	log    string
-	exited chan struct{}
-	err    error
-	once   sync.Once
-}
-
 // startAdapter starts an adapter whose only provider is the cluster, its
 // Jobs in namespace ns, and waits until it is the scheduler and sees the
 // cluster's nodes.
-func (b *bench) startAdapter(ctx context.Context, board, ns string) (*adapterProc, error) {
-	redisURL := "redis://" + b.o.addr
-	if b.o.network == "unix" {
-		redisURL = "unix://" + b.o.addr
-	}
+func (b *bench) startAdapter(ctx context.Context, board, ns string) (*benchutil.Adapter, error) {
+	redisURL := benchutil.RedisURL(b.o.network, b.o.addr)
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, "board: %q\nredis: %q\nlisten: 127.0.0.1:0\nwork_dir: %q\n", board, redisURL, filepath.Join(b.dir, "jobs"))
 	fmt.Fprintf(&cfg, "templates:\n  sleep: {command: [%s], image: bench}\n", kubetest.ProgSleep)
@@ -442,100 +427,7 @@ func (b *bench) startAdapter(ctx context.Context, board, ns string) (*adapterPro
 	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o644); err != nil {
 		return nil, err
 	}
-	logPath := filepath.Join(b.dir, "adapter.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	cmd := exec.Command(b.o.adapter, "serve", "--config", cfgPath, "--log-level", "warn")
-	cmd.Stderr = logf
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	ad := &adapterProc{cmd: cmd, log: logPath, exited: make(chan struct{})}
-	urls := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if _, rest, ok := strings.Cut(sc.Text(), "HTTP API on "); ok {
-				select {
-				case urls <- strings.Fields(rest)[0]:
-				default:
-				}
-			}
-		}
-		ad.err = cmd.Wait()
-		close(ad.exited)
-	}()
-	ready := func() error {
-		select {
-		case ad.url = <-urls:
-		case <-ad.exited:
-			return ad.exitError()
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		for {
-			body, err := ad.get(ctx, "/api/v1/nodes")
-			if err == nil && !slices.ContainsFunc(b.c.Nodes, func(n kubetest.NodeSpec) bool { return !strings.Contains(body, `"`+n.Name+`"`) }) {
-				return nil
-			}
-			select {
-			case <-ad.exited:
-				return ad.exitError()
-			case <-ctx.Done():
-				return fmt.Errorf("adapter not ready: %w; log: %s", ctx.Err(), ad.logTail())
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}
-	if err := ready(); err != nil {
-		ad.stop()
-		return nil, err
-	}
-	return ad, nil
-}
-
-func (ad *adapterProc) get(ctx context.Context, path string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", ad.url+path, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("GET %s: %s", path, resp.Status)
-	}
-	return string(body), err
-}
-
-func (ad *adapterProc) stop() {
-	ad.once.Do(func() {
-		_ = ad.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-ad.exited:
-		case <-time.After(30 * time.Second):
-			_ = ad.cmd.Process.Kill()
-			<-ad.exited
-		}
+	return benchutil.StartAdapter(ctx, b.o.adapter, cfgPath, filepath.Join(b.dir, "adapter.log"), func(nodes string) bool {
+		return !slices.ContainsFunc(b.c.Nodes, func(n kubetest.NodeSpec) bool { return !strings.Contains(nodes, `"`+n.Name+`"`) })
 	})
-}
-
-func (ad *adapterProc) exitError() error {
-	return fmt.Errorf("adapter exited (%v); log: %s", ad.err, ad.logTail())
-}
-
-func (ad *adapterProc) logTail() string {
-	b, _ := os.ReadFile(ad.log)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-20):], "\n")
 }

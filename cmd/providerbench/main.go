@@ -44,9 +44,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -243,7 +241,7 @@ func (b *bench) computeboard(ctx context.Context, stdout io.Writer, tr string, d
 	if err != nil {
 		return err
 	}
-	defer ad.stop()
+	defer ad.Stop()
 	data, _ := json.Marshal(map[string]any{"template": "stamp",
 		"resource_requirements": map[string]any{"cpu_cores": 1, "memory": 0.0625}})
 
@@ -354,10 +352,10 @@ func (s *stamps) read() error {
 
 // waitAll waits until every id has stamped and returns the last stamp;
 // ad, when set, is the adapter whose exit ends the wait.
-func (s *stamps) waitAll(ctx context.Context, ids []string, ad *adapterProc) (time.Time, error) {
+func (s *stamps) waitAll(ctx context.Context, ids []string, ad *benchutil.Adapter) (time.Time, error) {
 	var exited <-chan struct{}
 	if ad != nil {
-		exited = ad.exited
+		exited = ad.Exited()
 	}
 	for {
 		if err := s.read(); err != nil {
@@ -382,11 +380,11 @@ func (s *stamps) waitAll(ctx context.Context, ids []string, ad *adapterProc) (ti
 		case <-ctx.Done():
 			msg := ""
 			if ad != nil {
-				msg = "; adapter log: " + ad.logTail()
+				msg = "; adapter log: " + ad.LogTail()
 			}
 			return time.Time{}, fmt.Errorf("%d of %d jobs not started: %w%s", missing, len(ids), ctx.Err(), msg)
 		case <-exited:
-			return time.Time{}, ad.exitError()
+			return time.Time{}, ad.ExitError()
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
@@ -394,26 +392,14 @@ func (s *stamps) waitAll(ctx context.Context, ids []string, ad *adapterProc) (ti
 
 // ---- the adapter ----
 
-type adapterProc struct {
-	cmd    *exec.Cmd
-	url    string
-	log    string
-	exited chan struct{}
-	err    error
-	once   sync.Once
-}
-
 // startAdapter starts an adapter whose only provider is the cluster over
 // transport tr, and waits until it is the scheduler and sees its node.
-func (b *bench) startAdapter(ctx context.Context, tr, board string) (*adapterProc, error) {
+func (b *bench) startAdapter(ctx context.Context, tr, board string) (*benchutil.Adapter, error) {
 	dir := filepath.Join(b.dir, tr)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, err
 	}
-	redisURL := "redis://" + b.o.addr
-	if b.o.network == "unix" {
-		redisURL = "unix://" + b.o.addr
-	}
+	redisURL := benchutil.RedisURL(b.o.network, b.o.addr)
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, "board: %q\nredis: %q\nlisten: 127.0.0.1:0\nwork_dir: %q\n", board, redisURL, filepath.Join(dir, "jobs"))
 	fmt.Fprintf(&cfg, "templates:\n  stamp: {command: [/bin/sh, -c, %q]}\n", b.jobShell())
@@ -427,99 +413,7 @@ func (b *bench) startAdapter(ctx context.Context, tr, board string) (*adapterPro
 	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o644); err != nil {
 		return nil, err
 	}
-	logPath := filepath.Join(dir, "adapter.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	cmd := exec.Command(b.o.adapter, "serve", "--config", cfgPath, "--log-level", "warn")
-	cmd.Stderr = logf
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	ad := &adapterProc{cmd: cmd, log: logPath, exited: make(chan struct{})}
-	urls := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if _, rest, ok := strings.Cut(sc.Text(), "HTTP API on "); ok {
-				select {
-				case urls <- strings.Fields(rest)[0]:
-				default:
-				}
-			}
-		}
-		ad.err = cmd.Wait()
-		close(ad.exited)
-	}()
-	ready := func() error {
-		select {
-		case ad.url = <-urls:
-		case <-ad.exited:
-			return ad.exitError()
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		for {
-			if body, err := ad.get(ctx, "/api/v1/nodes"); err == nil && strings.Contains(body, `"`+b.c.Node+`"`) {
-				return nil
-			}
-			select {
-			case <-ad.exited:
-				return ad.exitError()
-			case <-ctx.Done():
-				return fmt.Errorf("adapter not ready: %w; log: %s", ctx.Err(), ad.logTail())
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}
-	if err := ready(); err != nil {
-		ad.stop()
-		return nil, err
-	}
-	return ad, nil
-}
-
-func (ad *adapterProc) get(ctx context.Context, path string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", ad.url+path, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("GET %s: %s", path, resp.Status)
-	}
-	return string(body), err
-}
-
-func (ad *adapterProc) stop() {
-	ad.once.Do(func() {
-		_ = ad.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-ad.exited:
-		case <-time.After(30 * time.Second):
-			_ = ad.cmd.Process.Kill()
-			<-ad.exited
-		}
+	return benchutil.StartAdapter(ctx, b.o.adapter, cfgPath, filepath.Join(dir, "adapter.log"), func(nodes string) bool {
+		return strings.Contains(nodes, `"`+b.c.Node+`"`)
 	})
-}
-
-func (ad *adapterProc) exitError() error {
-	return fmt.Errorf("adapter exited (%v); log: %s", ad.err, ad.logTail())
-}
-
-func (ad *adapterProc) logTail() string {
-	b, _ := os.ReadFile(ad.log)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-20):], "\n")
 }

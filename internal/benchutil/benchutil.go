@@ -1,5 +1,7 @@
 // Package benchutil holds what the benchmark programs (cmd/cbbench,
-// cmd/poolbench, cmd/e2ebench) share beyond the product's own packages.
+// cmd/poolbench, cmd/e2ebench, cmd/providerbench, cmd/kubebench) share
+// beyond the product's own packages: dropping a run's board, and an
+// `adapter serve` child process (adapter.go).
 package benchutil
 
 import (
