@@ -58,7 +58,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"net"
 	"os"
@@ -79,7 +78,6 @@ import (
 
 	"github.com/computeboard/computeboard/blackboard"
 	"github.com/computeboard/computeboard/internal/benchutil"
-	"github.com/computeboard/computeboard/internal/clock"
 	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
 )
@@ -254,10 +252,7 @@ func copyExecutable(dst string) error {
 // newBoard returns a fresh board name and a store that posts to it as
 // modules do. The store's capacity is the adapter's default.
 func (b *bench) newBoard(part string) (string, *blackboard.Store, error) {
-	board := fmt.Sprintf("e2ebench-%s-%d-%d", part, os.Getpid(), time.Now().UnixNano())
-	store, err := blackboard.New(b.rdb, blackboard.Config{Namespace: board, MaxEntries: 100000, Clock: clock.Real{},
-		Logger: slog.New(slog.DiscardHandler)})
-	return board, store, err
+	return benchutil.NewBoard(b.rdb, "e2ebench-"+part)
 }
 
 // cpuPerJob is the CPU share that lets the node (all of this machine's
@@ -318,18 +313,7 @@ func (b *bench) throughput(ctx context.Context, stdout io.Writer) error {
 	}
 	runs0, _ := schedulerMetric(ctx, ad, "scheduler_cycles")
 	start := time.Now()
-	g, gctx := errgroup.WithContext(ctx)
-	for c := range b.o.posters {
-		g.Go(func() error {
-			for i := c; i < b.o.n; i += b.o.posters {
-				if _, err := store.Post(gctx, blackboard.NewEntry(blackboard.RequestTopic, fmt.Sprint("poster", c), data)); err != nil {
-					return fmt.Errorf("post: %w", err)
-				}
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	if _, err := benchutil.PostSpread(ctx, store, b.o.n, b.o.posters, data); err != nil {
 		return err
 	}
 	var end time.Time
@@ -640,18 +624,7 @@ func (b *bench) pending(ctx context.Context, stdout io.Writer) error {
 	}
 
 	data := requestData("true", 1)
-	g, gctx := errgroup.WithContext(ctx)
-	for c := range b.o.posters {
-		g.Go(func() error {
-			for i := c; i < b.o.pending; i += b.o.posters {
-				if _, err := store.Post(gctx, blackboard.NewEntry(blackboard.RequestTopic, fmt.Sprint("poster", c), data)); err != nil {
-					return fmt.Errorf("post: %w", err)
-				}
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	if _, err := benchutil.PostSpread(ctx, store, b.o.pending, b.o.posters, data); err != nil {
 		return err
 	}
 	want := int64(b.o.pending) + 1 // and the filler

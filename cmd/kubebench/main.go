@@ -37,7 +37,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -48,7 +47,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"golang.org/x/sync/errgroup"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -59,7 +57,6 @@ import (
 
 	"github.com/computeboard/computeboard/blackboard"
 	"github.com/computeboard/computeboard/internal/benchutil"
-	"github.com/computeboard/computeboard/internal/clock"
 	"github.com/computeboard/computeboard/internal/kubetest"
 )
 
@@ -246,9 +243,9 @@ func (b *bench) direct(ctx context.Context, stdout io.Writer) (direct, error) {
 		}
 		lats = append(lats, at.Sub(t0))
 	}
-	d.p50 = pct(lats, 50)
+	d.p50 = benchutil.Percentile(lats, 50)
 	fmt.Fprintf(stdout, "side=direct part=latency n=%d create_to_started_p50_ms=%.1f create_to_started_p99_ms=%.1f\n",
-		b.o.latencyN, ms(d.p50), ms(pct(lats, 99)))
+		b.o.latencyN, benchutil.Millis(d.p50), benchutil.Millis(benchutil.Percentile(lats, 99)))
 	return d, nil
 }
 
@@ -258,9 +255,7 @@ func (b *bench) computeboard(ctx context.Context, stdout io.Writer, d direct) er
 		return err
 	}
 	defer drop()
-	board := fmt.Sprintf("kubebench-%d-%d", os.Getpid(), time.Now().UnixNano())
-	store, err := blackboard.New(b.rdb, blackboard.Config{Namespace: board, MaxEntries: 100000, Clock: clock.Real{},
-		Logger: slog.New(slog.DiscardHandler)})
+	board, store, err := benchutil.NewBoard(b.rdb, "kubebench")
 	if err != nil {
 		return err
 	}
@@ -273,22 +268,9 @@ func (b *bench) computeboard(ctx context.Context, stdout io.Writer, d direct) er
 	data, _ := json.Marshal(map[string]any{"template": "sleep",
 		"resource_requirements": map[string]any{"cpu_cores": 0.1, "memory": 0.0625}})
 
-	ids := make([]string, b.o.n)
 	start := time.Now()
-	g, gctx := errgroup.WithContext(ctx)
-	for p := range b.o.posters {
-		g.Go(func() error {
-			for i := p; i < b.o.n; i += b.o.posters {
-				id, err := store.Post(gctx, blackboard.NewEntry(blackboard.RequestTopic, fmt.Sprint("poster", p), data))
-				if err != nil {
-					return fmt.Errorf("post: %w", err)
-				}
-				ids[i] = id
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	ids, err := benchutil.PostSpread(ctx, store, b.o.n, b.o.posters, data)
+	if err != nil {
 		return err
 	}
 	posted := time.Since(start)
@@ -315,19 +297,11 @@ func (b *bench) computeboard(ctx context.Context, stdout io.Writer, d direct) er
 		}
 		lats = append(lats, at.Sub(t0))
 	}
-	p50 := pct(lats, 50)
+	p50 := benchutil.Percentile(lats, 50)
 	fmt.Fprintf(stdout, "side=computeboard part=latency n=%d post_to_started_p50_ms=%.1f post_to_started_p99_ms=%.1f direct_p50_ms=%.1f overhead_p50_ms=%.1f ratio_p50=%.3f\n",
-		b.o.latencyN, ms(p50), ms(pct(lats, 99)), ms(d.p50), ms(p50-d.p50), float64(p50)/float64(d.p50))
+		b.o.latencyN, benchutil.Millis(p50), benchutil.Millis(benchutil.Percentile(lats, 99)), benchutil.Millis(d.p50), benchutil.Millis(p50-d.p50), float64(p50)/float64(d.p50))
 	return nil
 }
-
-func pct(ds []time.Duration, p int) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[min(len(s)-1, (len(s)*p+99)/100-1)]
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // ---- the Pods' starts ----
 

@@ -43,11 +43,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,11 +53,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/computeboard/computeboard/blackboard"
 	"github.com/computeboard/computeboard/internal/benchutil"
-	"github.com/computeboard/computeboard/internal/clock"
 	"github.com/computeboard/computeboard/internal/slurmtest"
 )
 
@@ -221,18 +217,16 @@ func (b *bench) sbatchLatency(ctx context.Context, stdout io.Writer) (time.Durat
 		}
 		lats = append(lats, at.Sub(t0))
 	}
-	p50, p99 := pct(lats, 50), pct(lats, 99)
+	p50, p99 := benchutil.Percentile(lats, 50), benchutil.Percentile(lats, 99)
 	fmt.Fprintf(stdout, "side=sbatch part=latency n=%d submit_to_started_p50_ms=%.1f submit_to_started_p99_ms=%.1f\n",
-		b.o.latencyN, ms(p50), ms(p99))
+		b.o.latencyN, benchutil.Millis(p50), benchutil.Millis(p99))
 	return p50, nil
 }
 
 // computeboard runs both parts through an adapter whose provider is the
 // cluster over transport tr.
 func (b *bench) computeboard(ctx context.Context, stdout io.Writer, tr string, d direct, directP50 time.Duration) error {
-	board := fmt.Sprintf("providerbench-%s-%d-%d", tr, os.Getpid(), time.Now().UnixNano())
-	store, err := blackboard.New(b.rdb, blackboard.Config{Namespace: board, MaxEntries: 100000, Clock: clock.Real{},
-		Logger: slog.New(slog.DiscardHandler)})
+	board, store, err := benchutil.NewBoard(b.rdb, "providerbench-"+tr)
 	if err != nil {
 		return err
 	}
@@ -246,22 +240,9 @@ func (b *bench) computeboard(ctx context.Context, stdout io.Writer, tr string, d
 		"resource_requirements": map[string]any{"cpu_cores": 1, "memory": 0.0625}})
 
 	// Throughput: every request posted at once by the posters.
-	ids := make([]string, b.o.n)
 	start := time.Now()
-	g, gctx := errgroup.WithContext(ctx)
-	for p := range b.o.posters {
-		g.Go(func() error {
-			for i := p; i < b.o.n; i += b.o.posters {
-				id, err := store.Post(gctx, blackboard.NewEntry(blackboard.RequestTopic, fmt.Sprint("poster", p), data))
-				if err != nil {
-					return fmt.Errorf("post: %w", err)
-				}
-				ids[i] = id
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	ids, err := benchutil.PostSpread(ctx, store, b.o.n, b.o.posters, data)
+	if err != nil {
 		return err
 	}
 	posted := time.Since(start)
@@ -289,19 +270,11 @@ func (b *bench) computeboard(ctx context.Context, stdout io.Writer, tr string, d
 		}
 		lats = append(lats, at.Sub(t0))
 	}
-	p50, p99 := pct(lats, 50), pct(lats, 99)
+	p50, p99 := benchutil.Percentile(lats, 50), benchutil.Percentile(lats, 99)
 	fmt.Fprintf(stdout, "side=computeboard part=latency transport=%s n=%d post_to_started_p50_ms=%.1f post_to_started_p99_ms=%.1f sbatch_p50_ms=%.1f overhead_p50_ms=%.1f ratio_p50=%.3f\n",
-		tr, b.o.latencyN, ms(p50), ms(p99), ms(directP50), ms(p50-directP50), float64(p50)/float64(directP50))
+		tr, b.o.latencyN, benchutil.Millis(p50), benchutil.Millis(p99), benchutil.Millis(directP50), benchutil.Millis(p50-directP50), float64(p50)/float64(directP50))
 	return nil
 }
-
-func pct(ds []time.Duration, p int) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[min(len(s)-1, (len(s)*p+99)/100-1)]
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // ---- the stamp file ----
 

@@ -1,6 +1,7 @@
 // Package benchutil holds what the benchmark programs (cmd/cbbench,
 // cmd/poolbench, cmd/e2ebench, cmd/providerbench, cmd/kubebench) share
-// beyond the product's own packages: dropping a run's board, and an
+// beyond the product's own packages: a run's fresh board and dropping it,
+// posting spread over concurrent posters, percentiles (post.go), and an
 // `adapter serve` child process (adapter.go).
 package benchutil
 
