@@ -141,6 +141,17 @@ type Scheduler struct {
 	unexplained bool       // some pending jobs are in no plan yet (canSkipLocked)
 	stuck       bool       // the last plan left every pending job stuck (see stuckLocked)
 	nodeBuf     []engine.Node
+	// freed: jobs that held room ended since the last plan; order, resvAt
+	// and sinceFull: what partial plans need of the last full plan (its
+	// unplaced jobs in order, the reservation holder's place there + 1,
+	// the jobs added since); headFit and partialMin: the bounds of
+	// partial.go (fields, so tests can lower them).
+	freed       bool
+	order       []*tracked
+	resvAt      int
+	sinceFull   []*tracked
+	headFit     int
+	partialMin  int
 	explainMore bool                // explanations of the last plan remain to publish
 	waiting     map[string]*tracked // preemptors holding room for their victims' ends (preempt.go)
 	evictLog    []Eviction          // the evictions of the last evictionWindow, oldest first
@@ -159,6 +170,7 @@ type counters struct {
 	waitSum, turnSum                                        float64
 	waitN, turnN                                            int
 	cycles, placements, refusedApply, reassigned            int
+	partial, partialRefused                                 int // engine runs over part of the queue, and those a full plan replaced
 	lastCycle                                               time.Duration
 	preemptions                                             int
 	lostWork                                                float64 // seconds, summed over the evictions
@@ -175,7 +187,7 @@ func New(cfg Config, in Intake, js JobStore, nodes Nodes, orders Orders, fence p
 		handedOver: map[string]int{}, pendingBy: map[string]int{}, progress: newProgress(), jobs_: map[string]*tracked{}, ledger: engine.NewLedger(),
 		health: map[string]nodeHealth{}, silentSince: map[string]time.Time{},
 		waiting: map[string]*tracked{},
-		replan:  true,
+		replan:  true, headFit: headFit, partialMin: partialMinJobs,
 	}
 	empty := slices.Clone(cfg.NodeClasses)
 	s.feasible.Store(&empty)
@@ -400,6 +412,7 @@ func (s *Scheduler) addPending(ctx context.Context, j jobs.Job) {
 		s.replan = true // it may complete its gang
 	} else {
 		s.added = append(s.added, t) // see schedule
+		s.sinceFull = append(s.sinceFull, t)
 	}
 }
 
@@ -444,15 +457,16 @@ func (s *Scheduler) dropLocked(t *tracked, ended time.Time) {
 	}
 	if t.phase == PhasePending {
 		s.countPendingLocked(t, -1)
+		s.replan = true // it may have held the reservation
 	} else {
 		s.ledger.Release(t.id())
 		if t.phase == PhaseRunning && !t.started.IsZero() {
 			s.ended = append(s.ended, engine.Running{Job: t.ej, Node: t.node(), Started: t.started, Ended: ended})
 		}
+		s.freed = true // room for the head of the queue (partial.go)
 	}
 	delete(s.jobs_, t.id())
 	s.idsDropped = true
-	s.replan = true
 }
 
 // applyReports handles the agents' reports.
@@ -693,32 +707,62 @@ func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 		return waited, err
 	}
 	s.mu.Lock()
+	due := s.cfg.Clock.Now().Sub(s.plannedAt) >= s.cfg.FullReplan
 	if s.pendingN == len(s.waiting) && len(s.ended) == 0 ||
-		!s.replan && s.cfg.Clock.Now().Sub(s.plannedAt) < s.cfg.FullReplan && s.canSkipLocked() {
+		!s.replan && !s.freed && !due && s.canSkipLocked() {
 		s.mu.Unlock()
 		if waited {
 			s.roomMade()
 		}
 		return waited, nil
 	}
-	snap := s.snapshotLocked()
 	st := s.state
+	var (
+		snap    engine.Snapshot
+		plan    engine.Plan
+		next    engine.State
+		took    time.Duration
+		partial bool
+	)
+	// Only the Run goroutine changes what the snapshots are taken from;
+	// s.mu is let go for the engine run so that readers are not held up.
+	if !due {
+		if psnap, ps, ok := s.partialSnapshotLocked(s.cfg.Seed ^ (s.cycle + 1)); ok {
+			s.mu.Unlock()
+			begin := time.Now()
+			plan, next = engine.Schedule(st, psnap)
+			took = time.Since(begin)
+			s.mu.Lock()
+			if partial = s.partialValidLocked(plan, ps); partial {
+				s.cycle++
+				snap = psnap
+				s.stats.partial++
+			} else {
+				s.stats.partialRefused++
+			}
+		}
+	}
+	if !partial {
+		snap = s.snapshotLocked()
+		s.plannedAt = snap.Now
+		s.unexplained = false
+		s.mu.Unlock()
+		begin := time.Now()
+		plan, next = engine.Schedule(st, snap)
+		took += time.Since(begin)
+		s.mu.Lock()
+		s.plan = plan
+		s.plan.Rejected = nil // used below only; the explanations say the same
+		s.explainMore = true
+		s.noteFullPlanLocked(plan)
+	} else if len(s.added) > 0 {
+		s.unexplained = true // a partial plan explains nothing: see canSkipLocked
+	}
 	s.ended = nil
 	s.replan = false
+	s.freed = false
 	s.added = nil
-	s.unexplained = false
-	s.plannedAt = snap.Now
-	s.mu.Unlock()
-
-	begin := time.Now()
-	plan, next := engine.Schedule(st, snap)
-	took := time.Since(begin)
-
-	s.mu.Lock()
 	s.state = next
-	s.plan = plan
-	s.plan.Rejected = nil // used below only; the explanations say the same
-	s.explainMore = true
 	s.stuck = s.stuckLocked(plan)
 	s.stats.cycles++
 	s.stats.lastCycle = took
@@ -900,7 +944,7 @@ func (s *Scheduler) stuckLocked(plan engine.Plan) bool {
 	return true
 }
 
-// snapshotLocked builds the engine's input (s.mu held).
+// snapshotLocked builds the engine's input for a full plan (s.mu held).
 func (s *Scheduler) snapshotLocked() engine.Snapshot {
 	s.cycle++
 	running := make([]engine.Running, 0, len(s.jobs_)-s.pendingN+len(s.ended))
@@ -913,26 +957,41 @@ func (s *Scheduler) snapshotLocked() engine.Snapshot {
 			}
 			continue
 		}
-		if t.suspended {
-			continue // holds only its pin, already in the nodes' view; neither running nor a victim
+		if r, ok := s.runningLocked(t); ok {
+			running = append(running, r)
 		}
-		r := engine.Running{Job: t.ej, Started: t.started}
-		r.LastCheckpoint = s.lastCheckpointLocked(id)
-		r.PreemptModes = s.modesLocked(t.node())
-		if t.phase != PhaseRunning || t.evicting != nil {
-			r.NonPreemptible = true // only a started job is a victim, and only once
-		}
-		if t.placement != nil {
-			r.Node, r.GPUs, r.MIG = t.placement.Node, t.placement.GPUs, t.placement.MIG
-		}
-		running = append(running, r)
 	}
+	return s.snapshotOfLocked(s.cfg.Clock.Now(), s.ledger.Snapshot(), pending, running, s.cfg.Seed^s.cycle)
+}
+
+// runningLocked is t (assigned or running) as the engine sees it; false
+// for a suspended job, which holds only its pin, already in the nodes'
+// view: neither running nor a victim (s.mu held).
+func (s *Scheduler) runningLocked(t *tracked) (engine.Running, bool) {
+	if t.suspended {
+		return engine.Running{}, false
+	}
+	r := engine.Running{Job: t.ej, Started: t.started}
+	r.LastCheckpoint = s.lastCheckpointLocked(t.id())
+	r.PreemptModes = s.modesLocked(t.node())
+	if t.phase != PhaseRunning || t.evicting != nil {
+		r.NonPreemptible = true // only a started job is a victim, and only once
+	}
+	if t.placement != nil {
+		r.Node, r.GPUs, r.MIG = t.placement.Node, t.placement.GPUs, t.placement.MIG
+	}
+	return r, true
+}
+
+// snapshotOfLocked is the engine's input at now over nodes, pending and
+// running (the jobs that ended since the last plan are added), with seed
+// (s.mu held).
+func (s *Scheduler) snapshotOfLocked(now time.Time, nodes []engine.Node, pending []engine.Job, running []engine.Running, seed uint64) engine.Snapshot {
 	running = append(running, s.ended...)
-	nodes := s.ledger.Snapshot()
 	s.heldNodesLocked(nodes)
 	return engine.Snapshot{
-		Now:        s.cfg.Clock.Now(),
-		Seed:       s.cfg.Seed ^ s.cycle,
+		Now:        now,
+		Seed:       seed,
 		Policy:     s.cfg.Policy,
 		Nodes:      nodes,
 		Pending:    pending,

@@ -67,8 +67,11 @@ func (s *Scheduler) Stats(inboxDepth int) Stats {
 			},
 		},
 		Metrics: map[string]float64{
-			"scheduler_epoch":           float64(s.fence.Epoch),
-			"scheduler_cycles":          float64(st.cycles),
+			"scheduler_epoch":  float64(s.fence.Epoch),
+			"scheduler_cycles": float64(st.cycles),
+			// Of those, the partial plans (partial.go): over the heads of
+			// the queues only.
+			"scheduler_partial_plans":   float64(st.partial),
 			"scheduler_placements":      float64(st.placements),
 			"scheduler_last_cycle_ms":   float64(st.lastCycle.Microseconds()) / 1000,
 			"scheduler_ledger_refusals": float64(st.refusedApply),

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // This file is step 3 of the cycle: placement. It holds the per-cycle work
@@ -75,6 +76,23 @@ type jobReq struct {
 }
 
 func newJobReq(j *Job) jobReq {
+	r := fitReq(j)
+	if len(j.NodeSelector) > 0 {
+		var b strings.Builder
+		for _, k := range slices.Sorted(maps.Keys(j.NodeSelector)) {
+			b.WriteString(strconv.Quote(k))
+			b.WriteByte('=')
+			b.WriteString(strconv.Quote(j.NodeSelector[k]))
+			b.WriteByte(',')
+		}
+		r.selKey = b.String()
+	}
+	return r
+}
+
+// fitReq is newJobReq without the canonical selector key, which only the
+// cycle's caches need.
+func fitReq(j *Job) jobReq {
 	r := jobReq{vec: j.Request, model: j.GPUModel, mig: j.MIGProfile, numa: j.NUMALocal, selector: j.NodeSelector}
 	if j.MIGProfile != "" {
 		r.nMIG = int(max(j.Request[DimGPU], 1))
@@ -87,16 +105,6 @@ func newJobReq(j *Job) jobReq {
 		s := r.vec.Storage()
 		r.vec[DimNVMe], r.vec[DimSSD], r.vec[DimHDD] = 0, 0, 0
 		r.vec[d] = s
-	}
-	if len(j.NodeSelector) > 0 {
-		var b strings.Builder
-		for _, k := range slices.Sorted(maps.Keys(j.NodeSelector)) {
-			b.WriteString(strconv.Quote(k))
-			b.WriteByte('=')
-			b.WriteString(strconv.Quote(j.NodeSelector[k]))
-			b.WriteByte(',')
-		}
-		r.selKey = b.String()
 	}
 	return r
 }
@@ -778,11 +786,45 @@ func Feasible(nodes []Node, j Job) *Rejection {
 // fewer free devices, it stays false. The dispatcher uses it to tell that
 // a new job cannot start before capacity frees (see dispatch.schedule).
 func FitsNow(nodes []Node, j Job) bool {
-	r := newJobReq(&j)
-	scratch := make([]int, 0, 64)
+	return NewFitter(nodes).Fits(&j)
+}
+
+// Fitter answers FitsNow for many jobs against one view of the nodes: it
+// builds each node's working view once, and refuses at once a job whose
+// request exceeds, in some dimension, the most any healthy node has free
+// (where most jobs of a full pool end). The dispatcher asks it about every
+// pending job between full plans (dispatch/partial.go).
+type Fitter struct {
+	nodes   []nodeWork
+	maxFree Resources
+	scratch []int
+}
+
+// NewFitter returns a Fitter over nodes, which it reads but does not keep
+// a copy of: nodes must not change while the Fitter is in use.
+func NewFitter(nodes []Node) *Fitter {
+	f := &Fitter{nodes: make([]nodeWork, 0, len(nodes)), scratch: make([]int, 0, 64)}
 	for i := range nodes {
 		nw := newNodeWork(&nodes[i])
-		if nw.fits(&r, scratch) {
+		if !nw.healthy {
+			continue
+		}
+		for d := range f.maxFree {
+			f.maxFree[d] = max(f.maxFree[d], nw.free[d])
+		}
+		f.nodes = append(f.nodes, nw)
+	}
+	return f
+}
+
+// Fits reports FitsNow(nodes, *j) for the Fitter's nodes.
+func (f *Fitter) Fits(j *Job) bool {
+	r := fitReq(j)
+	if !r.vec.Fits(f.maxFree) {
+		return false
+	}
+	for i := range f.nodes {
+		if f.nodes[i].fits(&r, f.scratch) {
 			return true
 		}
 	}
@@ -943,4 +985,33 @@ func tierName(r *jobReq) string {
 		}
 	}
 	return t
+}
+
+// NoEasier reports whether x asks for no less than y of everything a
+// placement checks, backfill included: the same node selector, GPU model,
+// MIG profile, storage tier and NUMA locality, at least y's request in
+// every dimension, and an end no earlier than y's as backfill plans it
+// (the time limit, else the estimate; neither: never ends). Then, within a
+// cycle, a node (or the reservation) that refuses y refuses x: where y
+// found no node, x finds none later in the same cycle either, as the room
+// only shrinks (the dispatcher's partial plans rely on it).
+func NoEasier(x, y *Job) bool {
+	if x.GPUModel != y.GPUModel || x.MIGProfile != y.MIGProfile || x.StorageTier != y.StorageTier ||
+		x.NUMALocal != y.NUMALocal || !maps.Equal(x.NodeSelector, y.NodeSelector) || !y.Request.Fits(x.Request) {
+		return false
+	}
+	endless := func(j *Job) bool { return j.EstDuration == 0 && j.TimeLimit == 0 }
+	latest := func(j *Job) time.Duration {
+		if j.TimeLimit > 0 {
+			return j.TimeLimit
+		}
+		return j.EstDuration
+	}
+	switch {
+	case endless(x):
+		return true
+	case endless(y):
+		return false
+	}
+	return latest(x) >= latest(y)
 }

@@ -587,3 +587,45 @@ func TestFitsNowAgreesWithSchedule(t *testing.T) {
 	}
 	t.Logf("cases not placed / placed: %v", counts)
 }
+
+// TestRankerAgreesWithSchedule: within each account, the order of a
+// cycle's explanations (its order) is the order of the jobs' Ranks, on
+// generated snapshots without gangs or deadlines (which Ranker does not
+// rank), half of them with an age cap that reorders levels.
+func TestRankerAgreesWithSchedule(t *testing.T) {
+	compared := 0
+	for seed := range uint64(80) {
+		snap := genSnap(seed)
+		pend := snap.Pending[:0:0]
+		for _, j := range snap.Pending {
+			if j.GangID == "" && j.Deadline.IsZero() {
+				pend = append(pend, j)
+			}
+		}
+		snap.Pending = pend
+		if seed%2 == 1 {
+			snap.Policy.Weights.Age, snap.Policy.MaxAge = 50, 3
+		}
+		plan, _ := engine.Schedule(engine.State{}, snap)
+		rk := engine.NewRanker(snap.Policy, snap.Now)
+		byID := map[string]*engine.Job{}
+		for i := range snap.Pending {
+			byID[snap.Pending[i].ID] = &snap.Pending[i]
+		}
+		prev := map[string]engine.Rank{}
+		for _, e := range plan.Explanations {
+			j := byID[e.JobID]
+			r := rk.Rank(j)
+			if p, ok := prev[e.Account]; ok {
+				compared++
+				if !p.Before(r) {
+					t.Fatalf("seed %d: %s follows the job before it of account %s in the order, but Ranker puts it first", seed, e.JobID, e.Account)
+				}
+			}
+			prev[e.Account] = r
+		}
+	}
+	if compared < 500 {
+		t.Errorf("only %d pairs compared", compared)
+	}
+}

@@ -129,3 +129,40 @@ func compareDeadline(a, b *entry) int {
 func bandOf(prio, width float64) float64 {
 	return math.Floor(prio / width)
 }
+
+// Ranker tells the order of jobs within one account's queue as Schedule
+// sorts it at one instant, without running a cycle: by the priority
+// formula, then submission, then ID. It ranks single jobs without a
+// deadline only (a deadline or a gang changes the sort keys); their
+// account's fair-share term, common to every job of the account, is left
+// out, and the band, a floor of the priority, never reorders them. The
+// dispatcher uses it to tell that the jobs it plans in a partial plan are
+// the head of each account's queue (dispatch/partial.go).
+type Ranker struct {
+	p   Policy
+	now time.Time
+}
+
+// NewRanker returns a Ranker for p at now.
+func NewRanker(p Policy, now time.Time) *Ranker {
+	return &Ranker{p: p.withDefaults(), now: now}
+}
+
+// Rank is a job's place in its account's queue: see Ranker.
+type Rank struct {
+	prio      float64
+	submitted time.Time
+	id        string
+}
+
+// Rank returns j's rank.
+func (r *Ranker) Rank(j *Job) Rank {
+	prio, _ := priority(j, r.now, &r.p, 0)
+	return Rank{prio: prio, submitted: j.Submitted, id: j.ID}
+}
+
+// Before reports whether the job ranked a goes before the job ranked b in
+// their account's queue.
+func (a Rank) Before(b Rank) bool {
+	return cmp.Or(-cmp.Compare(a.prio, b.prio), a.submitted.Compare(b.submitted), strings.Compare(a.id, b.id)) < 0
+}

@@ -312,6 +312,7 @@ func (b *bench) throughput(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	runs0, _ := schedulerMetric(ctx, ad, "scheduler_cycles")
+	partial0, _ := schedulerMetric(ctx, ad, "scheduler_partial_plans")
 	start := time.Now()
 	if _, err := benchutil.PostSpread(ctx, store, b.o.n, b.o.posters, data); err != nil {
 		return err
@@ -338,12 +339,13 @@ func (b *bench) throughput(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	runs1, _ := schedulerMetric(ctx, ad, "scheduler_cycles")
+	partial1, _ := schedulerMetric(ctx, ad, "scheduler_partial_plans")
 	perS := float64(b.o.n) / took.Seconds()
 	fmt.Fprintf(stdout, "side=computeboard part=throughput n=%d posters=%d concurrency=%d cpu_per_job=%g secs=%.3f jobs_per_s=%.0f forkexec_per_s=%.0f ratio=%.3f"+
-		" adapter_cpu_ms_per_job=%.3f children_cpu_ms_per_job=%.3f redis_cpu_ms_per_job=%.3f forkexec_children_cpu_ms_per_exec=%.3f engine_runs_per_job=%.2f\n",
+		" adapter_cpu_ms_per_job=%.3f children_cpu_ms_per_job=%.3f redis_cpu_ms_per_job=%.3f forkexec_children_cpu_ms_per_exec=%.3f engine_runs_per_job=%.2f partial_plans_per_job=%.2f\n",
 		b.o.n, b.o.posters, b.o.concurrency, b.cpuPerJob(), took.Seconds(), perS, forkPerS, perS/forkPerS,
 		perJob(cpu1.adapter-cpu0.adapter), perJob(cpu1.children-cpu0.children), perJob(cpu1.redis-cpu0.redis), perJob(c1-c0),
-		(runs1-runs0)/float64(b.o.n))
+		(runs1-runs0)/float64(b.o.n), (partial1-partial0)/float64(b.o.n))
 	return nil
 }
 

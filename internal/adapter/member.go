@@ -451,9 +451,9 @@ type poolCollector struct {
 	nodes  *prometheus.Desc
 	future *prometheus.Desc
 	// The scheduler's own figures (dispatch.Stats.Metrics).
-	cycles, placements, lastCycle, events, epoch *prometheus.Desc
-	preemptions, lostWork                        *prometheus.Desc
-	nodeLost                                     *prometheus.Desc
+	cycles, partial, placements, lastCycle, events, epoch *prometheus.Desc
+	preemptions, lostWork                                 *prometheus.Desc
+	nodeLost                                              *prometheus.Desc
 }
 
 func newPoolCollector(s *dispatch.Scheduler, depth func() int) *poolCollector {
@@ -463,7 +463,9 @@ func newPoolCollector(s *dispatch.Scheduler, depth func() int) *poolCollector {
 		nodes: prometheus.NewDesc("computeboard_pool_nodes", "Registered nodes by health.", []string{"health"}, nil),
 		future: prometheus.NewDesc("computeboard_future_timestamps_total",
 			"Requests whose entry timestamp was after their acceptance (a poster's clock ahead, or milliseconds sent as seconds); their wait is counted from acceptance.", nil, nil),
-		cycles:     prometheus.NewDesc("computeboard_scheduler_cycles_total", "Engine runs (plans) in this scheduler term.", nil, nil),
+		cycles: prometheus.NewDesc("computeboard_scheduler_cycles_total", "Engine runs (plans) in this scheduler term.", nil, nil),
+		partial: prometheus.NewDesc("computeboard_scheduler_partial_plans_total",
+			"Engine runs, of computeboard_scheduler_cycles_total, over the heads of the accounts' queues only (after ends or new jobs; checked to decide what a plan over every pending job would), in this scheduler term.", nil, nil),
 		placements: prometheus.NewDesc("computeboard_scheduler_placements_total", "Assignments written in this scheduler term.", nil, nil),
 		lastCycle:  prometheus.NewDesc("computeboard_scheduler_last_cycle_seconds", "How long the last engine run took.", nil, nil),
 		events: prometheus.NewDesc("computeboard_scheduler_events_total",
@@ -484,7 +486,7 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.jobs
 	ch <- c.nodes
 	ch <- c.future
-	for _, d := range []*prometheus.Desc{c.cycles, c.placements, c.lastCycle, c.events, c.epoch, c.preemptions, c.lostWork, c.nodeLost} {
+	for _, d := range []*prometheus.Desc{c.cycles, c.partial, c.placements, c.lastCycle, c.events, c.epoch, c.preemptions, c.lostWork, c.nodeLost} {
 		ch <- d
 	}
 }
@@ -503,6 +505,7 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.nodes, prometheus.GaugeValue, float64(s.Nodes-s.Healthy), "unhealthy")
 	m := s.Metrics
 	ch <- prometheus.MustNewConstMetric(c.cycles, prometheus.CounterValue, m["scheduler_cycles"])
+	ch <- prometheus.MustNewConstMetric(c.partial, prometheus.CounterValue, m["scheduler_partial_plans"])
 	ch <- prometheus.MustNewConstMetric(c.placements, prometheus.CounterValue, m["scheduler_placements"])
 	ch <- prometheus.MustNewConstMetric(c.lastCycle, prometheus.GaugeValue, m["scheduler_last_cycle_ms"]/1000)
 	ch <- prometheus.MustNewConstMetric(c.epoch, prometheus.GaugeValue, m["scheduler_epoch"])

@@ -1,0 +1,320 @@
+package dispatch
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/computeboard/computeboard/engine"
+)
+
+// Partial plans (issue 10: re-plan only what changed).
+//
+// When the only change since the last plan is that running or assigned
+// jobs ended (room freed; s.freed), and new jobs came, the engine need not
+// order and explain every pending job again: only the head of each
+// account's queue can take the room. A partial plan gives the engine the
+// head of each account's queue in the last full plan's order (s.order) —
+// up to headFit jobs that fit now, or headMax jobs, and every job up to the
+// last full plan's reservation holder — and the jobs added since that plan.
+// The rest are left out.
+//
+// The engine is pure, so the partial plan is checked before anything of it
+// is used, and a full plan replaces it when the check fails
+// (partialValidLocked). The check makes the partial plan decide what the
+// full plan would: the same placements, on the same nodes, the same
+// reservation, and the same State. Why: the engine interleaves the
+// accounts' queues into one order with a selector that reads only each
+// account's head and its own counters, so up to the first position where
+// some account's included jobs run out (the cut), the partial order is the
+// full order with the left-out jobs removed — and none of them precedes the
+// cut, as each account's included jobs are a prefix of its queue. If every
+// placement and the reservation come before the cut, both walks make them
+// alike. After the cut the full walk places nothing either: a left-out job
+// does not fit the room the placements leave (checked, with the devices
+// counted as free: an over-estimate), and an included one found the same
+// room and the same reservation in the partial walk. What the State keeps
+// follows the placed entries, and the first job of each account still
+// waiting for capacity, which the check requires among the included ones.
+//
+// Where a partial plan is not attempted: the full re-plan is due
+// (FullReplan), anything else changed (s.replan: nodes, a job back in the
+// queue, a pending job gone, a gang member), preemption is on, a preemptor
+// waits, a pending job has a deadline or is a gang member, the selection is
+// DRR (its deficits are bounded by the dearest job of the whole queue),
+// backfill is off, or too many jobs came since the last full plan.
+//
+// What it does not see: a job whose priority overtook its account's head
+// by ageing since the last full plan (ages grow alike; only MaxAge's cap
+// reorders, by hours over hours) waits for the next full plan. A partial
+// plan explains no job: the explanations are the last full plan's, and a
+// new job that waits is explained within explainNewWithin, as before.
+
+// Partial plan bounds.
+const (
+	headFit        = 64  // per account: included jobs that fit now
+	headMax        = 256 // per account: included jobs at most
+	partialMaxNew  = 256 // jobs added since the last full plan
+	partialMinJobs = 128 // fewer pending jobs than this: a full plan (as cheap)
+)
+
+// partialSet is what partialValidLocked needs of a partial plan's input.
+type partialSet struct {
+	nodes    []engine.Node
+	acct     map[string]string // included job → its account
+	excluded map[string]bool   // accounts with jobs left out
+	out      []*tracked        // the jobs left out
+}
+
+// noteFullPlanLocked keeps what partial plans need of a full plan: its
+// order and its reservation holder's place in it (s.mu held).
+func (s *Scheduler) noteFullPlanLocked(plan engine.Plan) {
+	s.order = s.order[:0]
+	s.resvAt = 0
+	for _, e := range plan.Explanations {
+		t, ok := s.jobs_[e.JobID]
+		if !ok || e.Placed {
+			continue
+		}
+		s.order = append(s.order, t)
+		if plan.Reservation != nil && e.JobID == plan.Reservation.JobID {
+			s.resvAt = len(s.order)
+		}
+	}
+	s.sinceFull = s.sinceFull[:0]
+}
+
+// partialSnapshotLocked returns the input of a partial plan with seed, or
+// false when a full plan is needed (s.mu held).
+func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partialSet, bool) {
+	pol := s.cfg.Policy
+	if s.replan || s.pendingN < s.partialMin || len(s.sinceFull) > partialMaxNew ||
+		pol.Selection == engine.SelectDRR || pol.NoBackfill || s.cfg.Preemption.Enabled() || len(s.waiting) > 0 {
+		return engine.Snapshot{}, nil, false
+	}
+	now := s.cfg.Clock.Now()
+	nodes := s.ledger.Snapshot()
+	fit := engine.NewFitter(nodes)
+	rank := engine.NewRanker(s.cfg.Policy, now)
+	ps := &partialSet{nodes: nodes, acct: map[string]string{}, excluded: map[string]bool{}}
+	// Per account: the jobs included that fit now, and in all; the last
+	// included and the first left out by the queue's order now.
+	type head struct {
+		fit, n        int
+		maxIn, minOut engine.Rank
+		in, out       bool
+	}
+	heads := map[string]*head{}
+	var pending []engine.Job
+	seen := 0
+	plain := func(t *tracked) bool { return t.ej.GangID == "" && t.ej.Deadline.IsZero() && t.hold == nil }
+	include := func(t *tracked, h *head, r engine.Rank) {
+		if !h.in || h.maxIn.Before(r) {
+			h.maxIn = r
+		}
+		h.in = true
+		h.n++
+		pending = append(pending, t.ej)
+		ps.acct[t.id()] = t.ej.Account
+	}
+	leaveOut := func(t *tracked, h *head, r engine.Rank) {
+		if !h.out || r.Before(h.minOut) {
+			h.minOut = r
+		}
+		h.out = true
+		ps.excluded[t.ej.Account] = true
+		ps.out = append(ps.out, t)
+	}
+	headOf := func(t *tracked) *head {
+		h := heads[t.ej.Account]
+		if h == nil {
+			h = &head{}
+			heads[t.ej.Account] = h
+		}
+		return h
+	}
+	for i, t := range s.order {
+		if t.phase != PhasePending || s.jobs_[t.id()] != t {
+			continue // placed, or gone since
+		}
+		if !plain(t) {
+			return engine.Snapshot{}, nil, false
+		}
+		seen++
+		h := headOf(t)
+		r := rank.Rank(&t.ej)
+		if i >= s.resvAt && (h.out || h.fit >= s.headFit || h.n >= headMax) {
+			leaveOut(t, h, r)
+			continue
+		}
+		include(t, h, r)
+		if fit.Fits(&t.ej) {
+			h.fit++
+		}
+	}
+	// The jobs added since: those that go after the first job left out of
+	// their account are left out too.
+	for _, t := range s.sinceFull {
+		if t.phase != PhasePending || s.jobs_[t.id()] != t {
+			continue
+		}
+		if !plain(t) {
+			return engine.Snapshot{}, nil, false
+		}
+		seen++
+		h := headOf(t)
+		if r := rank.Rank(&t.ej); h.out && h.minOut.Before(r) {
+			leaveOut(t, h, r)
+		} else {
+			include(t, h, r)
+		}
+	}
+	if seen != s.pendingN {
+		return engine.Snapshot{}, nil, false // a pending job in neither list: plan them all
+	}
+	// What is included of an account must be the head of its queue now:
+	// the last full plan's order may have aged since.
+	for _, h := range heads {
+		if h.out && (!h.in || !h.maxIn.Before(h.minOut)) {
+			return engine.Snapshot{}, nil, false
+		}
+	}
+	slices.SortFunc(pending, func(a, b engine.Job) int { return cmp.Compare(a.ID, b.ID) })
+	running := make([]engine.Running, 0, len(s.jobs_)-s.pendingN)
+	for _, t := range s.jobs_ {
+		if t.phase != PhasePending {
+			if r, ok := s.runningLocked(t); ok {
+				running = append(running, r)
+			}
+		}
+	}
+	slices.SortFunc(running, func(a, b engine.Running) int { return cmp.Compare(a.ID, b.ID) })
+	return s.snapshotOfLocked(now, nodes, pending, running, seed), ps, true
+}
+
+// partialValidLocked reports whether plan, a partial plan over ps, decides
+// what the full plan would (see the top of this file).
+func (s *Scheduler) partialValidLocked(plan engine.Plan, ps *partialSet) bool {
+	if len(ps.out) == 0 {
+		return true // nothing left out: it is the full plan
+	}
+	// The cut: where the first account with jobs left out runs out of
+	// included ones.
+	last := map[string]int{}
+	for i, e := range plan.Explanations {
+		last[ps.acct[e.JobID]] = i + 1
+	}
+	cut := len(plan.Explanations) + 1
+	for a := range ps.excluded {
+		p, ok := last[a]
+		if !ok {
+			return false // cannot happen: an account's first job is always included
+		}
+		cut = min(cut, p)
+	}
+	waiting := map[string]bool{}
+	overShare := map[string]bool{}       // accounts held by the share cap
+	quotaHeld := map[string][]*tracked{} // jobs held by their account's quota
+	var noRoom []noRoomJob               // jobs that found no node
+	for i, e := range plan.Explanations {
+		if e.Placed || plan.Reservation != nil && plan.Reservation.JobID == e.JobID {
+			if i+1 >= cut {
+				return false
+			}
+		}
+		if e.Placed {
+			continue
+		}
+		a := ps.acct[e.JobID]
+		switch {
+		case waitsForCapacity(e.Reason):
+			waiting[a] = true
+		case e.Reason == engine.ReasonOverShare:
+			overShare[a] = true
+		case e.Reason == engine.ReasonQuota:
+			if t, ok := s.jobs_[e.JobID]; ok {
+				quotaHeld[a] = append(quotaHeld[a], t)
+			}
+		}
+		switch e.Reason {
+		case engine.ReasonNoFit, engine.ReasonReserved, engine.ReasonBackfillBlocked:
+			if t, ok := s.jobs_[e.JobID]; ok {
+				noRoom = append(noRoom, noRoomJob{t, i+1 < cut})
+			}
+		}
+	}
+	for a := range ps.excluded {
+		if s.cfg.Policy.Selection == engine.SelectWFQ && !waiting[a] {
+			return false
+		}
+	}
+	// The room the placements leave, with their devices counted as free.
+	at := make(map[string]int, len(ps.nodes))
+	for i := range ps.nodes {
+		at[ps.nodes[i].Name] = i
+	}
+	nodes := slices.Clone(ps.nodes)
+	for _, p := range plan.Placements {
+		if t, ok := s.jobs_[p.JobID]; ok {
+			n := &nodes[at[p.Node]]
+			n.Allocated = n.Allocated.Add(t.ej.Request)
+		}
+	}
+	fit := engine.NewFitter(nodes)
+	for _, t := range ps.out {
+		if !heldByAccount(t, overShare, quotaHeld) && fit.Fits(&t.ej) && !refusedAsBefore(t, noRoom) {
+			return false
+		}
+	}
+	return true
+}
+
+// noRoomJob is an included job that found no node (or only ones the
+// reservation holds); early: it comes before the cut.
+type noRoomJob struct {
+	t     *tracked
+	early bool
+}
+
+// refusedAsBefore reports whether a job left out of a partial plan, which
+// fits the room left, finds no node in the full plan all the same: a job
+// visited before it there (one before the cut, or an earlier one of its
+// account) found none, and it asks for no less (engine.NoEasier). Mostly
+// jobs of unknown length that the reservation blocks, as it blocked their
+// like.
+func refusedAsBefore(t *tracked, noRoom []noRoomJob) bool {
+	for _, y := range noRoom {
+		if (y.early || y.t.ej.Account == t.ej.Account) && engine.NoEasier(&t.ej, &y.t.ej) {
+			return true
+		}
+	}
+	return false
+}
+
+// heldByAccount reports whether a job left out of a partial plan is held by
+// its account's limits in the full plan whatever the room: its account was
+// over its share cap, or held by its quota, when an earlier job of its
+// (the included ones go first) asked for no more in any dimension (the
+// allocations only grow during a cycle).
+func heldByAccount(t *tracked, overShare map[string]bool, quotaHeld map[string][]*tracked) bool {
+	a := t.ej.Account
+	if overShare[a] {
+		return true
+	}
+	for _, y := range quotaHeld[a] {
+		if y.ej.MIGProfile == t.ej.MIGProfile && y.ej.StorageTier == t.ej.StorageTier && y.ej.Request.Fits(t.ej.Request) {
+			return true
+		}
+	}
+	return false
+}
+
+// waitsForCapacity reports whether a job not placed for reason r waits for
+// room on the nodes (engine.waitsForCapacity, which the State's selector
+// memory reads).
+func waitsForCapacity(r engine.Code) bool {
+	switch r {
+	case engine.ReasonNoFit, engine.ReasonGangNoFit, engine.ReasonReserved, engine.ReasonBackfillBlocked, engine.ReasonBlocked:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,288 @@
+package dispatch
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/computeboard/computeboard/engine"
+	"github.com/computeboard/computeboard/jobs"
+	"github.com/computeboard/computeboard/wire"
+)
+
+// TestPartialPlanIsTheFullPlan: on random histories (jobs of several
+// accounts, sizes, priorities, selectors, estimates and a quota; ends,
+// starts, cancellations, nodes coming and going, time passing), whenever a
+// partial plan passes its check (partialValidLocked), the full plan over
+// every pending job, with the same seed and clock, makes the same
+// placements in the same order, the same reservation and the same next
+// State. The heads are kept small (2 fitting jobs per account) so that most
+// partial plans leave jobs out. Each selection is covered, and both
+// outcomes of the check must occur often: a check that always refuses
+// would pass this test too.
+func TestPartialPlanIsTheFullPlan(t *testing.T) {
+	for _, sel := range []engine.Selection{engine.SelectPriority, engine.SelectProportional, engine.SelectLottery, engine.SelectWFQ, engine.SelectDRF} {
+		t.Run(string(sel), func(t *testing.T) {
+			var valid, refused, placedBy, outs int
+			for seed := range uint64(15) {
+				v, r, p, o := partialHistory(t, sel, seed, seed%3 == 2)
+				valid, refused, placedBy, outs = valid+v, refused+r, placedBy+p, outs+o
+			}
+			t.Logf("partial plans: %d valid (%d of them leaving jobs out, %d of those placing jobs), %d refused", valid, outs, placedBy, refused)
+			if refused < 100 || placedBy < 200 {
+				t.Errorf("%d valid partial plans leaving jobs out placed jobs, %d were refused: the histories do not exercise the check", placedBy, refused)
+			}
+		})
+	}
+}
+
+// partialHistory runs one random history; mixed: a fifth of the jobs are
+// big (they hold reservations, and small ones backfill or are blocked),
+// else every job asks for one or two cores.
+func partialHistory(t *testing.T, sel engine.Selection, seed uint64, mixed bool) (valid, refused, placing, leftOut int) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	h := newHarness(t, func(c *Config) {
+		c.Accounts = []engine.Account{{Name: "a", Shares: 1}, {Name: "b", Shares: 2}, {Name: "c", Shares: 3},
+			{Name: "capped", Quota: engine.Resources{engine.DimCPU: 4000}}}
+		c.Policy.Selection = sel
+		c.Seed = seed + 1
+		if seed%2 == 1 {
+			// Ageing that reorders a queue within seconds: a level per
+			// second, capped at two levels (MaxAge), so an old job of a
+			// lower level is overtaken by younger ones of a higher level
+			// once both are capped (the partial plans' drift check).
+			c.Policy.Weights.Age, c.Policy.MaxAge = 3600, 2
+		}
+	})
+	h.s.headFit, h.s.partialMin = 6, 1
+	labels := []string{"x", "y"}
+	nodes := 0
+	addNode := func() {
+		n := cpuNode(fmt.Sprintf("n%d", nodes), float64(2+rng.IntN(6)), 16384)
+		n.Labels = map[string]string{"pool": labels[rng.IntN(2)]}
+		h.nodes.add(n)
+		nodes++
+	}
+	for range 3 + rng.IntN(4) {
+		addNode()
+	}
+	accts := []string{"a", "b", "c", "capped"}
+	next := 0
+	newJob := func() jobs.Job {
+		next++
+		a := accts[rng.IntN(len(accts))]
+		opts := []jobOpt{withPriority(rng.IntN(4)), func(j *jobs.Job) { j.Account, j.Request.Account = a, a }}
+		if rng.IntN(6) == 0 {
+			opts = append(opts, func(j *jobs.Job) { j.Request.NodeSelector = map[string]string{"pool": labels[rng.IntN(2)]} })
+		}
+		if rng.IntN(5) > 0 {
+			opts = append(opts, func(j *jobs.Job) { j.Request.EstimatedDuration = float64(30 * (1 + rng.IntN(20))) })
+		}
+		if seed%5 == 4 && rng.IntN(40) == 0 { // a deadline: no partial plan while it waits
+			opts = append(opts, withDeadline(h.clk.Now().Add(time.Hour)))
+		}
+		cpu := float64(1 + rng.IntN(2))
+		if mixed && rng.IntN(5) == 0 {
+			cpu = float64(3 + rng.IntN(5)) // a big one: it reserves, the small ones backfill
+		}
+		return h.newJob(fmt.Sprintf("j%04d", next), cpu, float64(1+rng.IntN(4)), opts...)
+	}
+	for range 120 {
+		h.submit(newJob())
+	}
+	for range 150 {
+		switch op := rng.IntN(12); {
+		case op < 3:
+			for range 1 + rng.IntN(4) {
+				h.submit(newJob())
+			}
+		case op < 9:
+			ends := 1 + rng.IntN(2)
+			for _, a := range h.orders.allAssigned() {
+				if p, ok := h.phase(a.JobID); ok && p == PhaseRunning && h.store.rec(a.JobID).Status == wire.JobRunning && rng.IntN(2) == 0 {
+					h.agentEnd(a.JobID, wire.JobSucceeded)
+					if ends--; ends == 0 {
+						break
+					}
+				}
+			}
+		case op == 9 && rng.IntN(4) == 0:
+			h.s.OnCancel(fmt.Sprintf("j%04d", 1+rng.IntN(next)))
+		case op == 10 && rng.IntN(6) == 0:
+			addNode()
+		case op == 10 && rng.IntN(6) == 0:
+			h.nodes.silence(fmt.Sprintf("n%d", rng.IntN(nodes)))
+		default:
+			h.clk.Advance(time.Duration(rng.IntN(2000)) * time.Millisecond)
+		}
+		// Compare where the cycle would plan: after the reports.
+		h.takeReports()
+		h.s.mu.Lock()
+		seed := h.s.cfg.Seed ^ (h.s.cycle + 1)
+		psnap, ps, ok := h.s.partialSnapshotLocked(seed)
+		if ok {
+			st := h.s.state
+			plan, next := engine.Schedule(st, psnap)
+			if h.s.partialValidLocked(plan, ps) {
+				valid++
+				if len(ps.out) > 0 {
+					leftOut++
+					if len(plan.Placements) > 0 {
+						placing++
+					}
+				}
+				full := h.s.snapshotLocked()
+				h.s.cycle--
+				full.Seed = seed
+				fplan, fnext := engine.Schedule(st, full)
+				if !reflect.DeepEqual(plan.Placements, fplan.Placements) || !reflect.DeepEqual(plan.Reservation, fplan.Reservation) {
+					h.s.mu.Unlock()
+					t.Fatalf("seed %d: the partial plan (%d jobs of %d) places %+v, reservation %+v; the full plan places %+v, reservation %+v",
+						seed, len(psnap.Pending), len(full.Pending), plan.Placements, plan.Reservation, fplan.Placements, fplan.Reservation)
+				}
+				if !reflect.DeepEqual(next, fnext) {
+					h.s.mu.Unlock()
+					t.Fatalf("seed %d: the partial plan's next State %+v; the full plan's %+v", seed, next, fnext)
+				}
+			} else {
+				refused++
+			}
+		}
+		h.s.mu.Unlock()
+		h.mustCycle()
+		// The agents start what was assigned.
+		for _, a := range h.orders.allAssigned() {
+			if p, ok := h.phase(a.JobID); ok && p == PhaseAssigned && h.store.rec(a.JobID).Status == wire.JobQueued {
+				h.agentStart(a.JobID)
+			}
+		}
+	}
+	return valid, refused, placing, leftOut
+}
+
+// TestPartialPlansWhileJobsEnd: the regime partial plans are for. 400
+// one-core jobs of four accounts wait for a node of 8 cores; each end
+// frees one core. Every cycle after an end runs a partial plan over the
+// heads of the queues (at most headFit fitting jobs per account), none is
+// refused, and each places the job the full plan would place.
+func TestPartialPlansWhileJobsEnd(t *testing.T) {
+	h := newHarness(t, nil)
+	h.nodes.add(cpuNode("n", 8, 65536))
+	for i := range 400 {
+		a := []string{"a", "b", "c", "d"}[i%4]
+		h.submit(h.newJob(fmt.Sprintf("j%03d", i), 1, 1, func(j *jobs.Job) { j.Account, j.Request.Account = a, a }))
+	}
+	h.mustCycle()
+	startAll := func() {
+		for _, a := range h.orders.allAssigned() {
+			if p, ok := h.phase(a.JobID); ok && p == PhaseAssigned && h.store.rec(a.JobID).Status == wire.JobQueued {
+				h.agentStart(a.JobID)
+			}
+		}
+	}
+	startAll()
+	h.mustCycle()
+	ended := 0
+	for range 60 {
+		for _, a := range h.orders.allAssigned() {
+			if p, ok := h.phase(a.JobID); ok && p == PhaseRunning && h.store.rec(a.JobID).Status == wire.JobRunning {
+				h.agentEnd(a.JobID, wire.JobSucceeded)
+				ended++
+				break
+			}
+		}
+		h.clk.Advance(10 * time.Millisecond)
+		h.takeReports()
+		h.s.mu.Lock()
+		seed := h.s.cfg.Seed ^ (h.s.cycle + 1)
+		psnap, ps, ok := h.s.partialSnapshotLocked(seed)
+		if !ok || len(ps.out) == 0 || len(psnap.Pending) > 4*headFit {
+			h.s.mu.Unlock()
+			t.Fatalf("after %d ends: partial input ok=%v with %d jobs, %d left out; want the heads only", ended, ok, len(psnap.Pending), len(ps.out))
+		}
+		plan, _ := engine.Schedule(h.s.state, psnap)
+		full := h.s.snapshotLocked()
+		h.s.cycle--
+		full.Seed = seed
+		fplan, _ := engine.Schedule(h.s.state, full)
+		h.s.mu.Unlock()
+		if len(plan.Placements) != 1 || !reflect.DeepEqual(plan.Placements, fplan.Placements) {
+			t.Fatalf("after %d ends: the partial plan places %+v, the full plan %+v", ended, plan.Placements, fplan.Placements)
+		}
+		before := h.s.stats
+		h.mustCycle()
+		if after := h.s.stats; after.partial != before.partial+1 || after.partialRefused != before.partialRefused {
+			t.Fatalf("after %d ends: %d partial plans and %d refused, want one more partial plan (%d, %d before)", ended, after.partial, after.partialRefused, before.partial, before.partialRefused)
+		}
+		startAll()
+	}
+}
+
+// takeReports applies the agents' reports as a cycle does first, and
+// nothing else of the cycle.
+func (h *harness) takeReports() {
+	h.t.Helper()
+	rs, err := h.orders.Reports(h.ctx, h.s.lastReport, 4096, 0)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if len(rs) > 0 {
+		h.s.lastReport = rs[len(rs)-1].ID
+		if err := h.s.applyReports(h.ctx, rs); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
+// TestPartialPlanSeesAgeing: the last full plan's order ages. Job o
+// (level 0) has reached the age cap when n (level 5) comes; the full plan
+// orders o first. Six seconds later n has aged past o. With one fitting job
+// per account in a partial plan's head, the head would be o while n goes
+// first now: the partial plan is not attempted, and the full plan starts n.
+func TestPartialPlanSeesAgeing(t *testing.T) {
+	h := newHarness(t, func(c *Config) {
+		c.Policy.Weights.Level, c.Policy.Weights.Age, c.Policy.MaxAge = 1, 3600, 12 // a level a second, at most 12
+	})
+	h.s.headFit, h.s.partialMin = 1, 1
+	h.nodes.add(cpuNode("n1", 1, 4096))
+	acct := func(j *jobs.Job) { j.Account, j.Request.Account = "a", "a" }
+	h.submit(h.newJob("r", 1, 1, withPriority(9)))
+	h.submit(h.newJob("o", 1, 1, acct, withPriority(0)))
+	h.mustCycle()
+	h.agentStart("r")
+	h.mustCycle()
+	h.clk.Advance(12 * time.Second) // o: 0 + 12 levels
+	h.submit(h.newJob("n", 1, 1, acct, withPriority(5)))
+	h.clk.Advance(2 * time.Second) // n: 5 + 2 < o's 12
+	h.s.mu.Lock()
+	h.s.replan = true // a full plan now, so that n is in its order
+	h.s.mu.Unlock()
+	h.mustCycle()
+	h.s.mu.Lock()
+	order := []string{}
+	for _, t := range h.s.order {
+		order = append(order, t.id())
+	}
+	h.s.mu.Unlock()
+	if !reflect.DeepEqual(order, []string{"o", "n"}) {
+		t.Fatalf("the full plan's order %v, want [o n]", order)
+	}
+	h.clk.Advance(6 * time.Second) // n: 5 + 8 = 13 > o's 12
+	h.agentEnd("r", wire.JobSucceeded)
+	h.takeReports()
+	h.s.mu.Lock()
+	_, _, ok := h.s.partialSnapshotLocked(1)
+	h.s.mu.Unlock()
+	if ok {
+		t.Error("a partial plan over o alone was attempted, but n goes first now")
+	}
+	h.mustCycle()
+	if p, _ := h.phase("n"); p != PhaseAssigned {
+		t.Errorf("n is %s, want assigned (it goes first)", p)
+	}
+	if p, _ := h.phase("o"); p != PhasePending {
+		t.Errorf("o is %s, want pending", p)
+	}
+}
