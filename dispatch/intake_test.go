@@ -89,6 +89,7 @@ func TestIncompleteGangsFail(t *testing.T) {
 	s.jobs_["x1"] = member("x1", "g2", 2, t0)
 	s.jobs_["x2"] = member("x2", "g2", 2, t0) // complete: waits for room, never fails
 	s.jobs_["late"] = member("late", "g3", 3, t0.Add(50*time.Second))
+	s.gangN = len(s.jobs_) // as gangJobsLocked counts them
 	if got := s.incompleteGangs(t0.Add(59 * time.Second)); len(got) != 0 {
 		t.Fatalf("failed before the gang timeout: %+v", got)
 	}

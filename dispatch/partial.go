@@ -57,12 +57,25 @@ const (
 	partialMinJobs = 128 // fewer pending jobs than this: a full plan (as cheap)
 )
 
-// partialSet is what partialValidLocked needs of a partial plan's input.
+// partialSet is a partial plan's input, for partialValidLocked.
 type partialSet struct {
-	nodes    []engine.Node
-	acct     map[string]string // included job → its account
-	excluded map[string]bool   // accounts with jobs left out
-	out      []*tracked        // the jobs left out
+	nodes []engine.Node
+	rank  *engine.Ranker
+	acct  map[string]string // included job → its account
+	heads map[string]*head  // by account
+	out   []*tracked        // jobs left out: of the jobs added since the last full plan, and of s.order before rest
+	rest  int               // s.order[rest:] is left out too (not walked: every account had its head by then)
+	seen  int               // pending jobs walked (included or in out)
+}
+
+// head is what a partial plan takes of one account's queue: how many of
+// its jobs are included, and how many of those fit now; the last included
+// and the first left out, by the order of the queue now.
+type head struct {
+	fit, n        int
+	maxIn, minOut engine.Rank
+	in, out       bool
+	done          bool // its head is complete: every later job of the account is left out
 }
 
 // noteFullPlanLocked keeps what partial plans need of a full plan: its
@@ -83,8 +96,26 @@ func (s *Scheduler) noteFullPlanLocked(plan engine.Plan) {
 	s.sinceFull = s.sinceFull[:0]
 }
 
+// earlier returns the rank that goes first.
+func earlier(a, b engine.Rank) engine.Rank {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// plain reports whether a partial plan may hold t: a single job without a
+// deadline, not a preemptor waiting for its victims.
+func plain(t *tracked) bool { return t.ej.GangID == "" && t.ej.Deadline.IsZero() && t.hold == nil }
+
+// ageingReorders reports whether the queue order of an account's jobs can
+// change with time alone: only when the age term is capped (MaxAge > 0),
+// as uncapped ages grow alike for every job.
+func ageingReorders(p engine.Policy) bool { return !p.NoAging && p.MaxAge > 0 }
+
 // partialSnapshotLocked returns the input of a partial plan with seed, or
-// false when a full plan is needed (s.mu held).
+// false when a full plan is needed (s.mu held). It walks s.order only until
+// every account with pending jobs has its head (the rest is left out).
 func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partialSet, bool) {
 	pol := s.cfg.Policy
 	if s.replan || s.pendingN < s.partialMin || len(s.sinceFull) > partialMaxNew ||
@@ -94,19 +125,16 @@ func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partia
 	now := s.cfg.Clock.Now()
 	nodes := s.ledger.Snapshot()
 	fit := engine.NewFitter(nodes)
-	rank := engine.NewRanker(s.cfg.Policy, now)
-	ps := &partialSet{nodes: nodes, acct: map[string]string{}, excluded: map[string]bool{}}
-	// Per account: the jobs included that fit now, and in all; the last
-	// included and the first left out by the queue's order now.
-	type head struct {
-		fit, n        int
-		maxIn, minOut engine.Rank
-		in, out       bool
-	}
-	heads := map[string]*head{}
+	ps := &partialSet{nodes: nodes, rank: engine.NewRanker(pol, now), acct: map[string]string{}, heads: map[string]*head{}}
 	var pending []engine.Job
-	seen := 0
-	plain := func(t *tracked) bool { return t.ej.GangID == "" && t.ej.Deadline.IsZero() && t.hold == nil }
+	headOf := func(a string) *head {
+		h := ps.heads[a]
+		if h == nil {
+			h = &head{}
+			ps.heads[a] = h
+		}
+		return h
+	}
 	include := func(t *tracked, h *head, r engine.Rank) {
 		if !h.in || h.maxIn.Before(r) {
 			h.maxIn = r
@@ -116,66 +144,67 @@ func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partia
 		pending = append(pending, t.ej)
 		ps.acct[t.id()] = t.ej.Account
 	}
-	leaveOut := func(t *tracked, h *head, r engine.Rank) {
-		if !h.out || r.Before(h.minOut) {
-			h.minOut = r
+	// The jobs added since: counted first, for when an account is whole.
+	fresh := map[string]int{}
+	for _, t := range s.sinceFull {
+		if t.phase == PhasePending && !t.dropped {
+			fresh[t.ej.Account]++
 		}
-		h.out = true
-		ps.excluded[t.ej.Account] = true
-		ps.out = append(ps.out, t)
 	}
-	headOf := func(t *tracked) *head {
-		h := heads[t.ej.Account]
-		if h == nil {
-			h = &head{}
-			heads[t.ej.Account] = h
-		}
-		return h
-	}
+	reorders := ageingReorders(pol)
+	done := 0 // accounts whose head is complete, or all of whose jobs were walked
+	ps.rest = len(s.order)
 	for i, t := range s.order {
-		if t.phase != PhasePending || s.jobs_[t.id()] != t {
+		if i >= s.resvAt && done == len(s.pendingBy) {
+			ps.rest = i
+			break
+		}
+		if t.phase != PhasePending || t.dropped {
 			continue // placed, or gone since
 		}
 		if !plain(t) {
 			return engine.Snapshot{}, nil, false
 		}
-		seen++
-		h := headOf(t)
-		r := rank.Rank(&t.ej)
-		if i >= s.resvAt && (h.out || h.fit >= s.headFit || h.n >= headMax) {
-			leaveOut(t, h, r)
+		ps.seen++
+		a := t.ej.Account
+		h := headOf(a)
+		if i >= s.resvAt && (h.done || h.fit >= s.headFit || h.n >= headMax) {
+			if !h.out {
+				h.minOut, h.out = ps.rank.Rank(&t.ej), true
+			} else if reorders {
+				h.minOut = earlier(h.minOut, ps.rank.Rank(&t.ej))
+			}
+			if !h.done {
+				h.done = true
+				done++
+			}
+			ps.out = append(ps.out, t)
 			continue
 		}
-		include(t, h, r)
+		include(t, h, ps.rank.Rank(&t.ej))
 		if fit.Fits(&t.ej) {
 			h.fit++
+		}
+		if !h.done && h.n+fresh[a] == s.pendingBy[a] {
+			h.done = true // all of a walked (with its new jobs, below)
+			done++
 		}
 	}
 	// The jobs added since: those that go after the first job left out of
 	// their account are left out too.
 	for _, t := range s.sinceFull {
-		if t.phase != PhasePending || s.jobs_[t.id()] != t {
+		if t.phase != PhasePending || t.dropped {
 			continue
 		}
 		if !plain(t) {
 			return engine.Snapshot{}, nil, false
 		}
-		seen++
-		h := headOf(t)
-		if r := rank.Rank(&t.ej); h.out && h.minOut.Before(r) {
-			leaveOut(t, h, r)
+		ps.seen++
+		h := headOf(t.ej.Account)
+		if r := ps.rank.Rank(&t.ej); h.out && h.minOut.Before(r) {
+			ps.out = append(ps.out, t)
 		} else {
 			include(t, h, r)
-		}
-	}
-	if seen != s.pendingN {
-		return engine.Snapshot{}, nil, false // a pending job in neither list: plan them all
-	}
-	// What is included of an account must be the head of its queue now:
-	// the last full plan's order may have aged since.
-	for _, h := range heads {
-		if h.out && (!h.in || !h.maxIn.Before(h.minOut)) {
-			return engine.Snapshot{}, nil, false
 		}
 	}
 	slices.SortFunc(pending, func(a, b engine.Job) int { return cmp.Compare(a.ID, b.ID) })
@@ -192,10 +221,38 @@ func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partia
 }
 
 // partialValidLocked reports whether plan, a partial plan over ps, decides
-// what the full plan would (see the top of this file).
+// what the full plan would (see the top of this file), walking the jobs
+// left out (s.mu held).
 func (s *Scheduler) partialValidLocked(plan engine.Plan, ps *partialSet) bool {
-	if len(ps.out) == 0 {
+	out := ps.out
+	for _, t := range s.order[ps.rest:] {
+		if t.phase != PhasePending || t.dropped {
+			continue
+		}
+		if !plain(t) {
+			return false
+		}
+		out = append(out, t)
+		if ageingReorders(s.cfg.Policy) {
+			h := ps.heads[t.ej.Account]
+			h.minOut = earlier(h.minOut, ps.rank.Rank(&t.ej))
+		}
+	}
+	if ps.seen+len(out)-len(ps.out) != s.pendingN {
+		return false // a pending job in neither list: plan them all
+	}
+	if len(out) == 0 {
 		return true // nothing left out: it is the full plan
+	}
+	// What is included of an account must be the head of its queue now.
+	excluded := map[string]bool{}
+	for _, t := range out {
+		excluded[t.ej.Account] = true
+	}
+	for a := range excluded {
+		if h := ps.heads[a]; h == nil || !h.in || !h.maxIn.Before(h.minOut) {
+			return false
+		}
 	}
 	// The cut: where the first account with jobs left out runs out of
 	// included ones.
@@ -204,12 +261,8 @@ func (s *Scheduler) partialValidLocked(plan engine.Plan, ps *partialSet) bool {
 		last[ps.acct[e.JobID]] = i + 1
 	}
 	cut := len(plan.Explanations) + 1
-	for a := range ps.excluded {
-		p, ok := last[a]
-		if !ok {
-			return false // cannot happen: an account's first job is always included
-		}
-		cut = min(cut, p)
+	for a := range excluded {
+		cut = min(cut, last[a])
 	}
 	waiting := map[string]bool{}
 	overShare := map[string]bool{}       // accounts held by the share cap
@@ -242,9 +295,11 @@ func (s *Scheduler) partialValidLocked(plan engine.Plan, ps *partialSet) bool {
 			}
 		}
 	}
-	for a := range ps.excluded {
-		if s.cfg.Policy.Selection == engine.SelectWFQ && !waiting[a] {
-			return false
+	if s.cfg.Policy.Selection == engine.SelectWFQ {
+		for a := range excluded {
+			if !waiting[a] {
+				return false
+			}
 		}
 	}
 	// The room the placements leave, with their devices counted as free.
@@ -260,7 +315,7 @@ func (s *Scheduler) partialValidLocked(plan engine.Plan, ps *partialSet) bool {
 		}
 	}
 	fit := engine.NewFitter(nodes)
-	for _, t := range ps.out {
+	for _, t := range out {
 		if !heldByAccount(t, overShare, quotaHeld) && fit.Fits(&t.ej) && !refusedAsBefore(t, noRoom) {
 			return false
 		}

@@ -127,7 +127,7 @@ func partialHistory(t *testing.T, sel engine.Selection, seed uint64, mixed bool)
 			plan, next := engine.Schedule(st, psnap)
 			if h.s.partialValidLocked(plan, ps) {
 				valid++
-				if len(ps.out) > 0 {
+				if len(ps.out) > 0 || ps.rest < len(h.s.order) {
 					leftOut++
 					if len(plan.Placements) > 0 {
 						placing++
@@ -236,20 +236,24 @@ func (h *harness) takeReports() {
 	}
 }
 
-// TestPartialPlanSeesAgeing: the last full plan's order ages. Job o
-// (level 0) has reached the age cap when n (level 5) comes; the full plan
-// orders o first. Six seconds later n has aged past o. With one fitting job
-// per account in a partial plan's head, the head would be o while n goes
-// first now: the partial plan is not attempted, and the full plan starts n.
+// TestPartialPlanSeesAgeing: the last full plan's order ages. Jobs o, o2
+// and o3 (level 0) have reached the age cap when n (level 5) comes; the
+// full plan orders them first. Six seconds later n has aged past them.
+// With three fitting jobs per account in a partial plan's head, the head
+// would be o, o2 and o3 while n goes first now (the partial plan would
+// place o and reserve for o2, both before its cut, with no room left for
+// n): the partial plan fails its check, and the full plan starts n.
 func TestPartialPlanSeesAgeing(t *testing.T) {
 	h := newHarness(t, func(c *Config) {
 		c.Policy.Weights.Level, c.Policy.Weights.Age, c.Policy.MaxAge = 1, 3600, 12 // a level a second, at most 12
 	})
-	h.s.headFit, h.s.partialMin = 1, 1
+	h.s.headFit, h.s.partialMin = 3, 1
 	h.nodes.add(cpuNode("n1", 1, 4096))
 	acct := func(j *jobs.Job) { j.Account, j.Request.Account = "a", "a" }
 	h.submit(h.newJob("r", 1, 1, withPriority(9)))
 	h.submit(h.newJob("o", 1, 1, acct, withPriority(0)))
+	h.submit(h.newJob("o2", 1, 1, acct, withPriority(0)))
+	h.submit(h.newJob("o3", 1, 1, acct, withPriority(0)))
 	h.mustCycle()
 	h.agentStart("r")
 	h.mustCycle()
@@ -266,17 +270,21 @@ func TestPartialPlanSeesAgeing(t *testing.T) {
 		order = append(order, t.id())
 	}
 	h.s.mu.Unlock()
-	if !reflect.DeepEqual(order, []string{"o", "n"}) {
-		t.Fatalf("the full plan's order %v, want [o n]", order)
+	if !reflect.DeepEqual(order, []string{"o", "o2", "o3", "n"}) {
+		t.Fatalf("the full plan's order %v, want [o o2 o3 n]", order)
 	}
 	h.clk.Advance(6 * time.Second) // n: 5 + 8 = 13 > o's 12
 	h.agentEnd("r", wire.JobSucceeded)
 	h.takeReports()
 	h.s.mu.Lock()
-	_, _, ok := h.s.partialSnapshotLocked(1)
+	psnap, ps, ok := h.s.partialSnapshotLocked(1)
+	if ok {
+		plan, _ := engine.Schedule(h.s.state, psnap)
+		ok = h.s.partialValidLocked(plan, ps)
+	}
 	h.s.mu.Unlock()
 	if ok {
-		t.Error("a partial plan over o alone was attempted, but n goes first now")
+		t.Error("a partial plan over o alone passed its check, but n goes first now")
 	}
 	h.mustCycle()
 	if p, _ := h.phase("n"); p != PhaseAssigned {

@@ -171,6 +171,7 @@ func (s *Scheduler) adopt(ctx context.Context) error {
 			s.mu.Lock()
 			if _, ok := s.jobs_[j.JobID]; !ok {
 				s.jobs_[j.JobID] = t
+				s.gangJobsLocked(t, 1)
 				s.newIDs = append(s.newIDs, j.JobID)
 				s.countPendingLocked(t, 1)
 				s.stats.submitted++
@@ -216,7 +217,12 @@ func (s *Scheduler) hold(t *tracked, node string, gpus, mig []string, numa int, 
 		}
 	}
 	t.phase = phase
+	if old, ok := s.jobs_[t.id()]; ok && old != t {
+		s.gangJobsLocked(old, -1) // replaced: gone for the counts and lists
+		old.dropped = true
+	}
 	s.jobs_[t.id()] = t
+	s.gangJobsLocked(t, 1)
 	s.newIDs = append(s.newIDs, t.id())
 	s.replan = true
 	return true

@@ -57,6 +57,7 @@ type tracked struct {
 	// until the agent has resumed it.
 	suspended bool
 	resuming  bool
+	dropped   bool // forgotten (dropLocked): no longer in jobs_
 }
 
 // id is the job's ID.
@@ -147,6 +148,8 @@ type Scheduler struct {
 	// the jobs added since); headFit and partialMin: the bounds of
 	// partial.go (fields, so tests can lower them).
 	freed       bool
+	suspendedN  int // jobs with suspended set (setSuspendedLocked)
+	gangN       int // gang members among the jobs (gangJobsLocked)
 	order       []*tracked
 	resvAt      int
 	sinceFull   []*tracked
@@ -405,6 +408,7 @@ func (s *Scheduler) addPending(ctx context.Context, j jobs.Job) {
 		return
 	}
 	s.jobs_[t.id()] = t
+	s.gangJobsLocked(t, 1)
 	s.newIDs = append(s.newIDs, t.id())
 	s.countPendingLocked(t, 1)
 	s.stats.submitted++
@@ -439,6 +443,14 @@ func (s *Scheduler) setPhaseLocked(t *tracked, p Phase) {
 	t.phase = p
 }
 
+// gangJobsLocked adds d to the count of gang members when t is one (s.mu
+// held).
+func (s *Scheduler) gangJobsLocked(t *tracked, d int) {
+	if t.ej.GangID != "" && t.ej.GangSize > 1 {
+		s.gangN += d
+	}
+}
+
 // countPendingLocked adds d to the pending jobs, in all and of t's account
 // (s.mu held).
 func (s *Scheduler) countPendingLocked(t *tracked, d int) {
@@ -465,6 +477,9 @@ func (s *Scheduler) dropLocked(t *tracked, ended time.Time) {
 		}
 		s.freed = true // room for the head of the queue (partial.go)
 	}
+	s.setSuspendedLocked(t, false)
+	s.gangJobsLocked(t, -1)
+	t.dropped = true // for the lists that outlive it (partial.go)
 	delete(s.jobs_, t.id())
 	s.idsDropped = true
 }
@@ -1078,6 +1093,10 @@ func (s *Scheduler) incompleteGangs(now time.Time) []engine.Rejection {
 		pending       []string
 	}
 	s.mu.Lock()
+	if s.gangN == 0 {
+		s.mu.Unlock()
+		return nil // the walk below was a hundredth of a deep queue's cycle
+	}
 	gangs := map[string]*gang{}
 	for _, t := range s.jobs_ {
 		if t.ej.GangID == "" || t.ej.GangSize <= 1 {

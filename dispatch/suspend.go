@@ -121,7 +121,8 @@ func (s *Scheduler) pinLocked(t *tracked) {
 		started = a.Started
 	}
 	s.ledger.Restore(pinOf(t.ej), t.enginePlacement(), started)
-	t.suspended, t.resuming = true, false
+	s.setSuspendedLocked(t, true)
+	t.resuming = false
 	s.replan = true // its CPU is free
 }
 
@@ -133,7 +134,19 @@ func (s *Scheduler) unpinLocked(t *tracked) {
 		started = a.Started
 	}
 	s.ledger.Restore(t.ej, t.enginePlacement(), started)
-	t.suspended = false
+	s.setSuspendedLocked(t, false)
+}
+
+// setSuspendedLocked marks t suspended or not, keeping the count of the
+// suspended jobs (s.mu held).
+func (s *Scheduler) setSuspendedLocked(t *tracked, v bool) {
+	switch {
+	case v && !t.suspended:
+		s.suspendedN++
+	case !v && t.suspended:
+		s.suspendedN--
+	}
+	t.suspended = v
 }
 
 // syncSuspendLocked settles t, a job the scheduler sees running where its
@@ -157,6 +170,9 @@ func (s *Scheduler) syncSuspendLocked(t *tracked, rec jobs.Job) {
 // started, then ID; a node where a preemptor waits for its
 // victims resumes nothing (the room being freed is the preemptor's).
 func (s *Scheduler) resumeLocked() []*tracked {
+	if s.suspendedN == 0 {
+		return nil // the walk below was a hundredth of a deep queue's cycle
+	}
 	var cands []*tracked
 	for _, t := range s.jobs_ {
 		if t.suspended && !t.resuming && t.phase == PhaseRunning {
@@ -189,7 +205,8 @@ func (s *Scheduler) resumeLocked() []*tracked {
 			}
 			continue
 		}
-		t.suspended, t.resuming, t.evicting = false, true, nil
+		s.setSuspendedLocked(t, false)
+		t.resuming, t.evicting = true, nil
 		out = append(out, t)
 	}
 	return out

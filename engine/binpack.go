@@ -819,6 +819,9 @@ func NewFitter(nodes []Node) *Fitter {
 
 // Fits reports FitsNow(nodes, *j) for the Fitter's nodes.
 func (f *Fitter) Fits(j *Job) bool {
+	if j.MIGProfile == "" && j.StorageTier == "" && !j.Request.Fits(f.maxFree) {
+		return false // the request is the vector fitReq would check: no need to build it
+	}
 	r := fitReq(j)
 	if !r.vec.Fits(f.maxFree) {
 		return false

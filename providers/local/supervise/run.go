@@ -115,10 +115,10 @@ func Start(dir string, spec *Spec, stdout, stderr *os.File, sup ProcIdentity, in
 	// task that ran would run a second time. With it on disk the task is
 	// reported lost instead (the boot ID differs), and only requeue_lost
 	// runs it again. This is the one fsync left on the start path.
-	// The reservation is given back just before, so the record fits in
-	// its room (unless something else takes it in that instant).
-	_ = os.Remove(reserve)
-	if serr := syncRecord(dir, FileState, rec); serr != nil {
+	// It is written into the reservation, which becomes the record: it
+	// fits in that room, and no file is made or unlinked for it.
+	if serr := syncRecordFrom(dir, filepath.Base(reserve), FileState, rec); serr != nil {
+		_ = os.Remove(reserve)
 		// Without the evidence the task must not run on: a restarted
 		// adapter would find no trace of it and run the job again beside
 		// it. It is killed at once, before the start is reported (it may
