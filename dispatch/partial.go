@@ -51,7 +51,7 @@ import (
 
 // Partial plan bounds.
 const (
-	headFit        = 64  // per account: included jobs that fit now
+	headFit        = 16  // per account: included jobs that fit now (at least; see headFitNow)
 	headMax        = 256 // per account: included jobs at most
 	partialMaxNew  = 256 // jobs added since the last full plan
 	partialMinJobs = 128 // fewer pending jobs than this: a full plan (as cheap)
@@ -59,13 +59,14 @@ const (
 
 // partialSet is a partial plan's input, for partialValidLocked.
 type partialSet struct {
-	nodes []engine.Node
-	rank  *engine.Ranker
-	acct  map[string]string // included job → its account
-	heads map[string]*head  // by account
-	out   []*tracked        // jobs left out: of the jobs added since the last full plan, and of s.order before rest
-	rest  int               // s.order[rest:] is left out too (not walked: every account had its head by then)
-	seen  int               // pending jobs walked (included or in out)
+	nodes  []engine.Node
+	rank   *engine.Ranker
+	acct   map[string]string // included job → its account
+	heads  map[string]*head  // by account
+	out    []*tracked        // jobs left out: of the jobs added since the last full plan, and of s.order before rest
+	rest   int               // s.order[rest:] is left out too (not walked: every account had its head by then)
+	walked int               // pending jobs of s.order[:rest]
+	fresh  int               // pending jobs added since the last full plan
 }
 
 // head is what a partial plan takes of one account's queue: how many of
@@ -79,16 +80,30 @@ type head struct {
 }
 
 // noteFullPlanLocked keeps what partial plans need of a full plan: its
-// order and its reservation holder's place in it (s.mu held).
+// unplaced jobs in order, its reservation holder's place there, whether
+// they are all plain, and their least request (s.mu held).
 func (s *Scheduler) noteFullPlanLocked(plan engine.Plan) {
+	for _, t := range s.order {
+		t.inOrder = false
+	}
 	s.order = s.order[:0]
-	s.resvAt = 0
+	s.resvAt, s.orderPending, s.orderPlain, s.orderMin = 0, 0, true, engine.Resources{}
 	for _, e := range plan.Explanations {
 		t, ok := s.jobs_[e.JobID]
-		if !ok || e.Placed {
+		if !ok || e.Placed || t.phase != PhasePending {
 			continue
 		}
+		v := engine.RequestVector(&t.ej)
+		if len(s.order) == 0 {
+			s.orderMin = v
+		}
+		for d := range v {
+			s.orderMin[d] = min(s.orderMin[d], v[d])
+		}
+		s.orderPlain = s.orderPlain && plain(t)
+		t.inOrder = true
 		s.order = append(s.order, t)
+		s.orderPending++
 		if plan.Reservation != nil && e.JobID == plan.Reservation.JobID {
 			s.resvAt = len(s.order)
 		}
@@ -113,12 +128,17 @@ func plain(t *tracked) bool { return t.ej.GangID == "" && t.ej.Deadline.IsZero()
 // as uncapped ages grow alike for every job.
 func ageingReorders(p engine.Policy) bool { return !p.NoAging && p.MaxAge > 0 }
 
+// headFitNow is how many jobs that fit now an account's head takes: the
+// configured least (s.headFit), or twice the last plan's placements.
+func (s *Scheduler) headFitNow() int { return max(s.headFit, 2*s.lastPlaced) }
+
 // partialSnapshotLocked returns the input of a partial plan with seed, or
 // false when a full plan is needed (s.mu held). It walks s.order only until
-// every account with pending jobs has its head (the rest is left out).
+// every account with pending jobs has its head: the rest is left out,
+// unwalked, and the check reads it only when it must (partialValidLocked).
 func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partialSet, bool) {
 	pol := s.cfg.Policy
-	if s.replan || s.pendingN < s.partialMin || len(s.sinceFull) > partialMaxNew ||
+	if s.replan || !s.orderPlain || s.pendingN < s.partialMin || len(s.sinceFull) > partialMaxNew ||
 		pol.Selection == engine.SelectDRR || pol.NoBackfill || s.cfg.Preemption.Enabled() || len(s.waiting) > 0 {
 		return engine.Snapshot{}, nil, false
 	}
@@ -126,7 +146,8 @@ func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partia
 	nodes := s.ledger.Snapshot()
 	fit := engine.NewFitter(nodes)
 	ps := &partialSet{nodes: nodes, rank: engine.NewRanker(pol, now), acct: map[string]string{}, heads: map[string]*head{}}
-	var pending []engine.Job
+	headFit := s.headFitNow()
+	pending := make([]engine.Job, 0, 2*headFit*len(s.pendingBy)+len(s.sinceFull))
 	headOf := func(a string) *head {
 		h := ps.heads[a]
 		if h == nil {
@@ -145,11 +166,18 @@ func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partia
 		ps.acct[t.id()] = t.ej.Account
 	}
 	// The jobs added since: counted first, for when an account is whole.
-	fresh := map[string]int{}
+	freshBy := map[string]int{}
 	for _, t := range s.sinceFull {
 		if t.phase == PhasePending && !t.dropped {
-			fresh[t.ej.Account]++
+			if !plain(t) {
+				return engine.Snapshot{}, nil, false
+			}
+			freshBy[t.ej.Account]++
+			ps.fresh++
 		}
+	}
+	if s.orderPending+ps.fresh != s.pendingN {
+		return engine.Snapshot{}, nil, false // a pending job in neither list: plan them all
 	}
 	reorders := ageingReorders(pol)
 	done := 0 // accounts whose head is complete, or all of whose jobs were walked
@@ -162,13 +190,10 @@ func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partia
 		if t.phase != PhasePending || t.dropped {
 			continue // placed, or gone since
 		}
-		if !plain(t) {
-			return engine.Snapshot{}, nil, false
-		}
-		ps.seen++
+		ps.walked++
 		a := t.ej.Account
 		h := headOf(a)
-		if i >= s.resvAt && (h.done || h.fit >= s.headFit || h.n >= headMax) {
+		if i >= s.resvAt && (h.done || h.fit >= headFit || h.n >= headMax) {
 			if !h.out {
 				h.minOut, h.out = ps.rank.Rank(&t.ej), true
 			} else if reorders {
@@ -185,7 +210,7 @@ func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partia
 		if fit.Fits(&t.ej) {
 			h.fit++
 		}
-		if !h.done && h.n+fresh[a] == s.pendingBy[a] {
+		if !h.done && h.n+freshBy[a] == s.pendingBy[a] {
 			h.done = true // all of a walked (with its new jobs, below)
 			done++
 		}
@@ -196,10 +221,6 @@ func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partia
 		if t.phase != PhasePending || t.dropped {
 			continue
 		}
-		if !plain(t) {
-			return engine.Snapshot{}, nil, false
-		}
-		ps.seen++
 		h := headOf(t.ej.Account)
 		if r := ps.rank.Rank(&t.ej); h.out && h.minOut.Before(r) {
 			ps.out = append(ps.out, t)
@@ -208,12 +229,10 @@ func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partia
 		}
 	}
 	slices.SortFunc(pending, func(a, b engine.Job) int { return cmp.Compare(a.ID, b.ID) })
-	running := make([]engine.Running, 0, len(s.jobs_)-s.pendingN)
-	for _, t := range s.jobs_ {
-		if t.phase != PhasePending {
-			if r, ok := s.runningLocked(t); ok {
-				running = append(running, r)
-			}
+	running := make([]engine.Running, 0, len(s.active))
+	for _, t := range s.active {
+		if r, ok := s.runningLocked(t); ok {
+			running = append(running, r)
 		}
 	}
 	slices.SortFunc(running, func(a, b engine.Running) int { return cmp.Compare(a.ID, b.ID) })
@@ -221,32 +240,35 @@ func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partia
 }
 
 // partialValidLocked reports whether plan, a partial plan over ps, decides
-// what the full plan would (see the top of this file), walking the jobs
-// left out (s.mu held).
+// what the full plan would (see the top of this file) (s.mu held). The
+// jobs left out unwalked (s.order[ps.rest:]) are read only when ageing may
+// have reordered them, or when the room left could take the least of them.
 func (s *Scheduler) partialValidLocked(plan engine.Plan, ps *partialSet) bool {
-	out := ps.out
-	for _, t := range s.order[ps.rest:] {
-		if t.phase != PhasePending || t.dropped {
-			continue
+	rest := s.orderPending - ps.walked // pending jobs in s.order[ps.rest:]
+	var restJobs func(yield func(*tracked) bool)
+	if rest > 0 {
+		restJobs = func(yield func(*tracked) bool) {
+			for _, t := range s.order[ps.rest:] {
+				if t.phase == PhasePending && !t.dropped && !yield(t) {
+					return
+				}
+			}
 		}
-		if !plain(t) {
-			return false
-		}
-		out = append(out, t)
-		if ageingReorders(s.cfg.Policy) {
+	}
+	if len(ps.out) == 0 && rest == 0 {
+		return true // nothing left out: it is the full plan
+	}
+	if rest > 0 && ageingReorders(s.cfg.Policy) {
+		for t := range restJobs {
 			h := ps.heads[t.ej.Account]
 			h.minOut = earlier(h.minOut, ps.rank.Rank(&t.ej))
 		}
 	}
-	if ps.seen+len(out)-len(ps.out) != s.pendingN {
-		return false // a pending job in neither list: plan them all
-	}
-	if len(out) == 0 {
-		return true // nothing left out: it is the full plan
-	}
 	// What is included of an account must be the head of its queue now.
+	// Every account with jobs left out has some in ps.out: the walk
+	// stopped once each had its head.
 	excluded := map[string]bool{}
-	for _, t := range out {
+	for _, t := range ps.out {
 		excluded[t.ej.Account] = true
 	}
 	for a := range excluded {
@@ -315,9 +337,20 @@ func (s *Scheduler) partialValidLocked(plan engine.Plan, ps *partialSet) bool {
 		}
 	}
 	fit := engine.NewFitter(nodes)
-	for _, t := range out {
-		if !heldByAccount(t, overShare, quotaHeld) && fit.Fits(&t.ej) && !refusedAsBefore(t, noRoom) {
+	mayRun := func(t *tracked) bool {
+		return !heldByAccount(t, overShare, quotaHeld) && fit.Fits(&t.ej) && !refusedAsBefore(t, noRoom)
+	}
+	for _, t := range ps.out {
+		if mayRun(t) {
 			return false
+		}
+	}
+	// The unwalked ones ask for s.orderMin at least.
+	if rest > 0 && fit.Admits(s.orderMin) {
+		for t := range restJobs {
+			if mayRun(t) {
+				return false
+			}
 		}
 	}
 	return true

@@ -198,7 +198,7 @@ func TestPartialPlansWhileJobsEnd(t *testing.T) {
 		h.s.mu.Lock()
 		seed := h.s.cfg.Seed ^ (h.s.cycle + 1)
 		psnap, ps, ok := h.s.partialSnapshotLocked(seed)
-		if !ok || len(ps.out) == 0 || len(psnap.Pending) > 4*headFit {
+		if !ok || len(ps.out) == 0 || len(psnap.Pending) > 4*h.s.headFitNow() {
 			h.s.mu.Unlock()
 			t.Fatalf("after %d ends: partial input ok=%v with %d jobs, %d left out; want the heads only", ended, ok, len(psnap.Pending), len(ps.out))
 		}

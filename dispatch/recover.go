@@ -220,9 +220,11 @@ func (s *Scheduler) hold(t *tracked, node string, gpus, mig []string, numa int, 
 	if old, ok := s.jobs_[t.id()]; ok && old != t {
 		s.gangJobsLocked(old, -1) // replaced: gone for the counts and lists
 		old.dropped = true
+		s.activeLocked(old)
 	}
 	s.jobs_[t.id()] = t
 	s.gangJobsLocked(t, 1)
+	s.activeLocked(t)
 	s.newIDs = append(s.newIDs, t.id())
 	s.replan = true
 	return true

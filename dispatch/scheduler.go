@@ -58,6 +58,7 @@ type tracked struct {
 	suspended bool
 	resuming  bool
 	dropped   bool // forgotten (dropLocked): no longer in jobs_
+	inOrder   bool // in the last full plan's order (partial.go)
 }
 
 // id is the job's ID.
@@ -147,17 +148,22 @@ type Scheduler struct {
 	// unplaced jobs in order, the reservation holder's place there + 1,
 	// the jobs added since); headFit and partialMin: the bounds of
 	// partial.go (fields, so tests can lower them).
-	freed       bool
-	suspendedN  int // jobs with suspended set (setSuspendedLocked)
-	gangN       int // gang members among the jobs (gangJobsLocked)
-	order       []*tracked
-	resvAt      int
-	sinceFull   []*tracked
-	headFit     int
-	partialMin  int
-	explainMore bool                // explanations of the last plan remain to publish
-	waiting     map[string]*tracked // preemptors holding room for their victims' ends (preempt.go)
-	evictLog    []Eviction          // the evictions of the last evictionWindow, oldest first
+	freed        bool
+	suspendedN   int // jobs with suspended set (setSuspendedLocked)
+	gangN        int // gang members among the jobs (gangJobsLocked)
+	order        []*tracked
+	orderPending int                 // jobs of order still pending
+	orderPlain   bool                // order had no gang member or deadline
+	orderMin     engine.Resources    // the least request of order's jobs, in each dimension
+	active       map[string]*tracked // the jobs assigned or running
+	lastPlaced   int                 // placements of the last plan
+	resvAt       int
+	sinceFull    []*tracked
+	headFit      int
+	partialMin   int
+	explainMore  bool                // explanations of the last plan remain to publish
+	waiting      map[string]*tracked // preemptors holding room for their victims' ends (preempt.go)
+	evictLog     []Eviction          // the evictions of the last evictionWindow, oldest first
 }
 
 type nodeHealth struct {
@@ -189,8 +195,8 @@ func New(cfg Config, in Intake, js JobStore, nodes Nodes, orders Orders, fence p
 		incoming: make(chan jobs.Job, 1024), wake: make(chan struct{}, 1), room: make(chan struct{}, 1),
 		handedOver: map[string]int{}, pendingBy: map[string]int{}, progress: newProgress(), jobs_: map[string]*tracked{}, ledger: engine.NewLedger(),
 		health: map[string]nodeHealth{}, silentSince: map[string]time.Time{},
-		waiting: map[string]*tracked{},
-		replan:  true, headFit: headFit, partialMin: partialMinJobs,
+		waiting: map[string]*tracked{}, active: map[string]*tracked{},
+		replan: true, headFit: headFit, partialMin: partialMinJobs,
 	}
 	empty := slices.Clone(cfg.NodeClasses)
 	s.feasible.Store(&empty)
@@ -441,6 +447,17 @@ func (s *Scheduler) setPhaseLocked(t *tracked, p Phase) {
 		s.replan = true
 	}
 	t.phase = p
+	s.activeLocked(t)
+}
+
+// activeLocked keeps s.active, the jobs assigned or running, up to date
+// with t (s.mu held).
+func (s *Scheduler) activeLocked(t *tracked) {
+	if t.phase != PhasePending && !t.dropped {
+		s.active[t.id()] = t
+	} else if s.active[t.id()] == t {
+		delete(s.active, t.id())
+	}
 }
 
 // gangJobsLocked adds d to the count of gang members when t is one (s.mu
@@ -455,6 +472,9 @@ func (s *Scheduler) gangJobsLocked(t *tracked, d int) {
 // (s.mu held).
 func (s *Scheduler) countPendingLocked(t *tracked, d int) {
 	s.pendingN += d
+	if t.inOrder {
+		s.orderPending += d
+	}
 	a := t.ej.Account
 	if s.pendingBy[a] += d; s.pendingBy[a] <= 0 {
 		delete(s.pendingBy, a)
@@ -480,6 +500,7 @@ func (s *Scheduler) dropLocked(t *tracked, ended time.Time) {
 	s.setSuspendedLocked(t, false)
 	s.gangJobsLocked(t, -1)
 	t.dropped = true // for the lists that outlive it (partial.go)
+	s.activeLocked(t)
 	delete(s.jobs_, t.id())
 	s.idsDropped = true
 }
@@ -778,6 +799,7 @@ func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 	s.freed = false
 	s.added = nil
 	s.state = next
+	s.lastPlaced = len(plan.Placements)
 	s.stuck = s.stuckLocked(plan)
 	s.stats.cycles++
 	s.stats.lastCycle = took

@@ -817,6 +817,16 @@ func NewFitter(nodes []Node) *Fitter {
 	return f
 }
 
+// Admits reports whether some healthy node has v free in every dimension
+// (the devices aside). When it does not, no job whose RequestVector is at
+// least v in every dimension fits.
+func (f *Fitter) Admits(v Resources) bool { return v.Fits(f.maxFree) }
+
+// RequestVector is the amount a placement of j takes from a node's free
+// vector (its Request, with MIG instances and storage tiers counted as the
+// placement counts them).
+func RequestVector(j *Job) Resources { return fitReq(j).vec }
+
 // Fits reports FitsNow(nodes, *j) for the Fitter's nodes.
 func (f *Fitter) Fits(j *Job) bool {
 	if j.MIGProfile == "" && j.StorageTier == "" && !j.Request.Fits(f.maxFree) {

@@ -1,0 +1,56 @@
+package dispatch
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/computeboard/computeboard/engine"
+	"github.com/computeboard/computeboard/jobs"
+	"github.com/computeboard/computeboard/wire"
+)
+
+// BenchmarkPartialPlan: one cycle's planning after an end, with 4,000
+// one-core jobs of four accounts waiting for a node of 8 cores (the e2e
+// bench's shape): the partial plan's input, the engine over it, and its
+// check; against the full plan's input and the engine over every job.
+func BenchmarkPartialPlan(b *testing.B) {
+	h := newHarness(b, nil)
+	h.nodes.add(cpuNode("n", 8, 65536))
+	for i := range 4000 {
+		a := []string{"a", "b", "c", "d"}[i%4]
+		h.submit(h.newJob(fmt.Sprintf("j%04d", i), 1, 1, func(j *jobs.Job) { j.Account, j.Request.Account = a, a }))
+	}
+	h.mustCycle()
+	for _, a := range h.orders.allAssigned() {
+		h.agentStart(a.JobID)
+	}
+	h.mustCycle()
+	for _, a := range h.orders.allAssigned() {
+		h.agentEnd(a.JobID, wire.JobSucceeded)
+		break
+	}
+	h.takeReports()
+	h.s.mu.Lock()
+	defer h.s.mu.Unlock()
+	b.Run("partial", func(b *testing.B) {
+		for b.Loop() {
+			snap, ps, ok := h.s.partialSnapshotLocked(1)
+			if !ok {
+				b.Fatal("no partial plan")
+			}
+			plan, _ := engine.Schedule(h.s.state, snap)
+			if !h.s.partialValidLocked(plan, ps) || len(plan.Placements) != 1 {
+				b.Fatalf("partial plan refused, or placing %d", len(plan.Placements))
+			}
+		}
+	})
+	b.Run("full", func(b *testing.B) {
+		for b.Loop() {
+			snap := h.s.snapshotLocked()
+			plan, _ := engine.Schedule(h.s.state, snap)
+			if len(plan.Placements) != 1 {
+				b.Fatalf("placing %d", len(plan.Placements))
+			}
+		}
+	})
+}
