@@ -57,55 +57,77 @@ const (
 	partialMinJobs = 128 // fewer pending jobs than this: a full plan (as cheap)
 )
 
+// queue is one account's unplaced jobs of the last full plan, in that
+// plan's order (which is the order of the account's queue).
+type queue struct {
+	jobs    []*tracked
+	from    int              // jobs[:from] holds no pending job
+	pending int              // its jobs still pending
+	min     engine.Resources // the least request of its jobs, in each dimension
+}
+
 // partialSet is a partial plan's input, for partialValidLocked.
 type partialSet struct {
-	nodes  []engine.Node
-	rank   *engine.Ranker
-	acct   map[string]string // included job → its account
-	heads  map[string]*head  // by account
-	out    []*tracked        // jobs left out: of the jobs added since the last full plan, and of s.order before rest
-	rest   int               // s.order[rest:] is left out too (not walked: every account had its head by then)
-	walked int               // pending jobs of s.order[:rest]
-	fresh  int               // pending jobs added since the last full plan
+	nodes []engine.Node
+	rank  *engine.Ranker
+	acct  map[string]string // included job → its account
+	heads map[string]*head  // by account
+	out   []*tracked        // jobs added since the last full plan and left out
 }
 
 // head is what a partial plan takes of one account's queue: how many of
 // its jobs are included, and how many of those fit now; the last included
-// and the first left out, by the order of the queue now.
+// and the first left out, by the order of the queue now; where the jobs
+// left out of its queue start (rest), and how many of its queue's pending
+// jobs were walked.
 type head struct {
-	fit, n        int
-	maxIn, minOut engine.Rank
-	in, out       bool
-	done          bool // its head is complete: every later job of the account is left out
+	fit, n, walked int
+	maxIn, minOut  engine.Rank
+	in, out        bool
+	q              *queue
+	rest           int
 }
 
-// noteFullPlanLocked keeps what partial plans need of a full plan: its
-// unplaced jobs in order, its reservation holder's place there, whether
-// they are all plain, and their least request (s.mu held).
-func (s *Scheduler) noteFullPlanLocked(plan engine.Plan) {
-	for _, t := range s.order {
-		t.inOrder = false
+// left is how many of the account's queued jobs are left out.
+func (h *head) left() int {
+	if h.q == nil {
+		return 0
 	}
-	s.order = s.order[:0]
-	s.resvAt, s.orderPending, s.orderPlain, s.orderMin = 0, 0, true, engine.Resources{}
-	for _, e := range plan.Explanations {
+	return h.q.pending - h.walked
+}
+
+// noteFullPlanLocked keeps what partial plans need of a full plan: each
+// account's unplaced jobs in order, the reservation holder's position,
+// whether the jobs are all plain, and their least request (s.mu held).
+func (s *Scheduler) noteFullPlanLocked(plan engine.Plan) {
+	for _, q := range s.queues {
+		for _, t := range q.jobs {
+			t.inOrder = false
+		}
+	}
+	s.queues = map[string]*queue{}
+	s.resvPos, s.orderPending, s.orderPlain = 0, 0, true
+	for i, e := range plan.Explanations {
 		t, ok := s.jobs_[e.JobID]
 		if !ok || e.Placed || t.phase != PhasePending {
 			continue
 		}
+		q := s.queues[t.ej.Account]
 		v := engine.RequestVector(&t.ej)
-		if len(s.order) == 0 {
-			s.orderMin = v
+		if q == nil {
+			q = &queue{min: v}
+			s.queues[t.ej.Account] = q
 		}
 		for d := range v {
-			s.orderMin[d] = min(s.orderMin[d], v[d])
+			q.min[d] = min(q.min[d], v[d])
 		}
 		s.orderPlain = s.orderPlain && plain(t)
-		t.inOrder = true
-		s.order = append(s.order, t)
+		t.inOrder, t.pos = true, i+1
+		q.jobs = append(q.jobs, t)
+		q.pending++
 		s.orderPending++
 		if plan.Reservation != nil && e.JobID == plan.Reservation.JobID {
-			s.resvAt = len(s.order)
+			s.resvPos = i + 1
 		}
 	}
 	s.sinceFull = s.sinceFull[:0]
@@ -133,29 +155,33 @@ func ageingReorders(p engine.Policy) bool { return !p.NoAging && p.MaxAge > 0 }
 func (s *Scheduler) headFitNow() int { return max(s.headFit, 2*s.lastPlaced) }
 
 // partialSnapshotLocked returns the input of a partial plan with seed, or
-// false when a full plan is needed (s.mu held). It walks s.order only until
-// every account with pending jobs has its head: the rest is left out,
-// unwalked, and the check reads it only when it must (partialValidLocked).
+// false when a full plan is needed (s.mu held). It walks each account's
+// queue only as far as its head: the rest is left out, unwalked, and the
+// check reads it only when it must (partialValidLocked).
 func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partialSet, bool) {
 	pol := s.cfg.Policy
 	if s.replan || !s.orderPlain || s.pendingN < s.partialMin || len(s.sinceFull) > partialMaxNew ||
 		pol.Selection == engine.SelectDRR || pol.NoBackfill || s.cfg.Preemption.Enabled() || len(s.waiting) > 0 {
 		return engine.Snapshot{}, nil, false
 	}
+	fresh := 0
+	for _, t := range s.sinceFull {
+		if t.phase == PhasePending && !t.dropped {
+			if !plain(t) {
+				return engine.Snapshot{}, nil, false
+			}
+			fresh++
+		}
+	}
+	if s.orderPending+fresh != s.pendingN {
+		return engine.Snapshot{}, nil, false // a pending job in neither list: plan them all
+	}
 	now := s.cfg.Clock.Now()
 	nodes := s.ledger.Snapshot()
 	fit := engine.NewFitter(nodes)
 	ps := &partialSet{nodes: nodes, rank: engine.NewRanker(pol, now), acct: map[string]string{}, heads: map[string]*head{}}
-	headFit := s.headFitNow()
-	pending := make([]engine.Job, 0, 2*headFit*len(s.pendingBy)+len(s.sinceFull))
-	headOf := func(a string) *head {
-		h := ps.heads[a]
-		if h == nil {
-			h = &head{}
-			ps.heads[a] = h
-		}
-		return h
-	}
+	headFit, reorders := s.headFitNow(), ageingReorders(pol)
+	pending := make([]engine.Job, 0, 2*headFit*len(s.queues)+fresh)
 	include := func(t *tracked, h *head, r engine.Rank) {
 		if !h.in || h.maxIn.Before(r) {
 			h.maxIn = r
@@ -165,54 +191,34 @@ func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partia
 		pending = append(pending, t.ej)
 		ps.acct[t.id()] = t.ej.Account
 	}
-	// The jobs added since: counted first, for when an account is whole.
-	freshBy := map[string]int{}
-	for _, t := range s.sinceFull {
-		if t.phase == PhasePending && !t.dropped {
-			if !plain(t) {
-				return engine.Snapshot{}, nil, false
+	for a, q := range s.queues {
+		// The jobs placed from the front since the full plan are passed
+		// over once, not by every partial plan (none comes back to the
+		// queue without a full plan: s.replan).
+		for q.from < len(q.jobs) && (q.jobs[q.from].phase != PhasePending || q.jobs[q.from].dropped) {
+			q.from++
+		}
+		h := &head{q: q, rest: len(q.jobs)}
+		ps.heads[a] = h
+		for i := q.from; i < len(q.jobs); i++ {
+			t := q.jobs[i]
+			if t.phase != PhasePending || t.dropped {
+				continue // placed, or gone since
 			}
-			freshBy[t.ej.Account]++
-			ps.fresh++
+			if t.pos > s.resvPos && (h.fit >= headFit || h.n >= headMax) {
+				h.rest, h.minOut, h.out = i, ps.rank.Rank(&t.ej), true
+				break
+			}
+			h.walked++
+			include(t, h, ps.rank.Rank(&t.ej))
+			if fit.Fits(&t.ej) {
+				h.fit++
+			}
 		}
-	}
-	if s.orderPending+ps.fresh != s.pendingN {
-		return engine.Snapshot{}, nil, false // a pending job in neither list: plan them all
-	}
-	reorders := ageingReorders(pol)
-	done := 0 // accounts whose head is complete, or all of whose jobs were walked
-	ps.rest = len(s.order)
-	for i, t := range s.order {
-		if i >= s.resvAt && done == len(s.pendingBy) {
-			ps.rest = i
-			break
-		}
-		if t.phase != PhasePending || t.dropped {
-			continue // placed, or gone since
-		}
-		ps.walked++
-		a := t.ej.Account
-		h := headOf(a)
-		if i >= s.resvAt && (h.done || h.fit >= headFit || h.n >= headMax) {
-			if !h.out {
-				h.minOut, h.out = ps.rank.Rank(&t.ej), true
-			} else if reorders {
+		if reorders && h.out {
+			for t := range h.leftOut() {
 				h.minOut = earlier(h.minOut, ps.rank.Rank(&t.ej))
 			}
-			if !h.done {
-				h.done = true
-				done++
-			}
-			ps.out = append(ps.out, t)
-			continue
-		}
-		include(t, h, ps.rank.Rank(&t.ej))
-		if fit.Fits(&t.ej) {
-			h.fit++
-		}
-		if !h.done && h.n+freshBy[a] == s.pendingBy[a] {
-			h.done = true // all of a walked (with its new jobs, below)
-			done++
 		}
 	}
 	// The jobs added since: those that go after the first job left out of
@@ -221,11 +227,22 @@ func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partia
 		if t.phase != PhasePending || t.dropped {
 			continue
 		}
-		h := headOf(t.ej.Account)
+		h := ps.heads[t.ej.Account]
+		if h == nil {
+			h = &head{}
+			ps.heads[t.ej.Account] = h
+		}
 		if r := ps.rank.Rank(&t.ej); h.out && h.minOut.Before(r) {
 			ps.out = append(ps.out, t)
 		} else {
 			include(t, h, r)
+		}
+	}
+	// What is included of an account must be the head of its queue now:
+	// ageing under a cap may have reordered it since the full plan.
+	for _, h := range ps.heads {
+		if h.out && (!h.in || !h.maxIn.Before(h.minOut)) {
+			return engine.Snapshot{}, nil, false
 		}
 	}
 	slices.SortFunc(pending, func(a, b engine.Job) int { return cmp.Compare(a.ID, b.ID) })
@@ -239,42 +256,46 @@ func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partia
 	return s.snapshotOfLocked(now, nodes, pending, running, seed), ps, true
 }
 
-// partialValidLocked reports whether plan, a partial plan over ps, decides
-// what the full plan would (see the top of this file) (s.mu held). The
-// jobs left out unwalked (s.order[ps.rest:]) are read only when ageing may
-// have reordered them, or when the room left could take the least of them.
-func (s *Scheduler) partialValidLocked(plan engine.Plan, ps *partialSet) bool {
-	rest := s.orderPending - ps.walked // pending jobs in s.order[ps.rest:]
-	var restJobs func(yield func(*tracked) bool)
-	if rest > 0 {
-		restJobs = func(yield func(*tracked) bool) {
-			for _, t := range s.order[ps.rest:] {
-				if t.phase == PhasePending && !t.dropped && !yield(t) {
-					return
-				}
+// left is how many pending jobs the partial plan leaves out.
+func (ps *partialSet) left() int {
+	n := len(ps.out)
+	for _, h := range ps.heads {
+		n += h.left()
+	}
+	return n
+}
+
+// leftOut yields the pending jobs of the account's queue left out of the
+// partial plan.
+func (h *head) leftOut() func(yield func(*tracked) bool) {
+	return func(yield func(*tracked) bool) {
+		if h.q == nil {
+			return
+		}
+		for _, t := range h.q.jobs[h.rest:] {
+			if t.phase == PhasePending && !t.dropped && !yield(t) {
+				return
 			}
 		}
 	}
-	if len(ps.out) == 0 && rest == 0 {
-		return true // nothing left out: it is the full plan
-	}
-	if rest > 0 && ageingReorders(s.cfg.Policy) {
-		for t := range restJobs {
-			h := ps.heads[t.ej.Account]
-			h.minOut = earlier(h.minOut, ps.rank.Rank(&t.ej))
-		}
-	}
-	// What is included of an account must be the head of its queue now.
-	// Every account with jobs left out has some in ps.out: the walk
-	// stopped once each had its head.
+}
+
+// partialValidLocked reports whether plan, a partial plan over ps, decides
+// what the full plan would (see the top of this file) (s.mu held). The
+// jobs left out of the accounts' queues are read only when the room left
+// could take the least of them.
+func (s *Scheduler) partialValidLocked(plan engine.Plan, ps *partialSet) bool {
 	excluded := map[string]bool{}
 	for _, t := range ps.out {
 		excluded[t.ej.Account] = true
 	}
-	for a := range excluded {
-		if h := ps.heads[a]; h == nil || !h.in || !h.maxIn.Before(h.minOut) {
-			return false
+	for a, h := range ps.heads {
+		if h.left() > 0 {
+			excluded[a] = true
 		}
+	}
+	if len(excluded) == 0 {
+		return true // nothing left out: it is the full plan
 	}
 	// The cut: where the first account with jobs left out runs out of
 	// included ones.
@@ -345,9 +366,12 @@ func (s *Scheduler) partialValidLocked(plan engine.Plan, ps *partialSet) bool {
 			return false
 		}
 	}
-	// The unwalked ones ask for s.orderMin at least.
-	if rest > 0 && fit.Admits(s.orderMin) {
-		for t := range restJobs {
+	// The jobs left out of a queue ask for its least request at least.
+	for _, h := range ps.heads {
+		if h.left() == 0 || !fit.Admits(h.q.min) {
+			continue
+		}
+		for t := range h.leftOut() {
 			if mayRun(t) {
 				return false
 			}

@@ -127,7 +127,7 @@ func partialHistory(t *testing.T, sel engine.Selection, seed uint64, mixed bool)
 			plan, next := engine.Schedule(st, psnap)
 			if h.s.partialValidLocked(plan, ps) {
 				valid++
-				if len(ps.out) > 0 || ps.rest < len(h.s.order) {
+				if ps.left() > 0 {
 					leftOut++
 					if len(plan.Placements) > 0 {
 						placing++
@@ -198,9 +198,9 @@ func TestPartialPlansWhileJobsEnd(t *testing.T) {
 		h.s.mu.Lock()
 		seed := h.s.cfg.Seed ^ (h.s.cycle + 1)
 		psnap, ps, ok := h.s.partialSnapshotLocked(seed)
-		if !ok || len(ps.out) == 0 || len(psnap.Pending) > 4*h.s.headFitNow() {
+		if !ok || ps.left() == 0 || len(psnap.Pending) > 4*h.s.headFitNow() {
 			h.s.mu.Unlock()
-			t.Fatalf("after %d ends: partial input ok=%v with %d jobs, %d left out; want the heads only", ended, ok, len(psnap.Pending), len(ps.out))
+			t.Fatalf("after %d ends: partial input ok=%v with %d jobs, %d left out; want the heads only", ended, ok, len(psnap.Pending), ps.left())
 		}
 		plan, _ := engine.Schedule(h.s.state, psnap)
 		full := h.s.snapshotLocked()
@@ -266,7 +266,7 @@ func TestPartialPlanSeesAgeing(t *testing.T) {
 	h.mustCycle()
 	h.s.mu.Lock()
 	order := []string{}
-	for _, t := range h.s.order {
+	for _, t := range h.s.queues["a"].jobs {
 		order = append(order, t.id())
 	}
 	h.s.mu.Unlock()

@@ -58,7 +58,8 @@ type tracked struct {
 	suspended bool
 	resuming  bool
 	dropped   bool // forgotten (dropLocked): no longer in jobs_
-	inOrder   bool // in the last full plan's order (partial.go)
+	inOrder   bool // in the last full plan's queues (partial.go)
+	pos       int  // its position in the last full plan's order (partial.go)
 }
 
 // id is the job's ID.
@@ -143,21 +144,19 @@ type Scheduler struct {
 	unexplained bool       // some pending jobs are in no plan yet (canSkipLocked)
 	stuck       bool       // the last plan left every pending job stuck (see stuckLocked)
 	nodeBuf     []engine.Node
-	// freed: jobs that held room ended since the last plan; order, resvAt
-	// and sinceFull: what partial plans need of the last full plan (its
-	// unplaced jobs in order, the reservation holder's place there + 1,
-	// the jobs added since); headFit and partialMin: the bounds of
-	// partial.go (fields, so tests can lower them).
+	// freed: jobs that held room ended since the last plan; queues,
+	// orderPending, orderPlain, resvPos and sinceFull: what partial plans
+	// need of the last full plan (partial.go); headFit and partialMin: the
+	// bounds of partial.go (fields, so tests can lower them).
 	freed        bool
-	suspendedN   int // jobs with suspended set (setSuspendedLocked)
-	gangN        int // gang members among the jobs (gangJobsLocked)
-	order        []*tracked
-	orderPending int                 // jobs of order still pending
-	orderPlain   bool                // order had no gang member or deadline
-	orderMin     engine.Resources    // the least request of order's jobs, in each dimension
+	suspendedN   int                 // jobs with suspended set (setSuspendedLocked)
+	gangN        int                 // gang members among the jobs (gangJobsLocked)
+	queues       map[string]*queue   // by account
+	orderPending int                 // jobs of the queues still pending
+	orderPlain   bool                // the queues had no gang member or deadline
+	resvPos      int                 // the full plan's reservation holder's position (0: none)
 	active       map[string]*tracked // the jobs assigned or running
 	lastPlaced   int                 // placements of the last plan
-	resvAt       int
 	sinceFull    []*tracked
 	headFit      int
 	partialMin   int
@@ -474,6 +473,7 @@ func (s *Scheduler) countPendingLocked(t *tracked, d int) {
 	s.pendingN += d
 	if t.inOrder {
 		s.orderPending += d
+		s.queues[t.ej.Account].pending += d
 	}
 	a := t.ej.Account
 	if s.pendingBy[a] += d; s.pendingBy[a] <= 0 {
