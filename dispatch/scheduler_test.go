@@ -1104,6 +1104,9 @@ func TestIntake(t *testing.T) {
 	}
 	h.wantAssigned("j1", "a")
 	h.wantAssigned("j2", "a")
+	// What intake handed over after the last cycle (it goes on reading
+	// until cancelled) is drained by the next one.
+	h.mustCycle()
 	h.s.mu.Lock()
 	left := len(h.s.handedOver)
 	h.s.mu.Unlock()
