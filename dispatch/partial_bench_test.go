@@ -1,11 +1,9 @@
 package dispatch
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/computeboard/computeboard/engine"
-	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -15,13 +13,7 @@ import (
 // plan's input, the engine over it, and its check; against the full
 // plan's input and the engine over every job.
 func BenchmarkPartialPlan(b *testing.B) {
-	h := newHarness(b, nil)
-	h.nodes.add(cpuNode("n", 8, 65536))
-	for i := range 4000 {
-		a := []string{"a", "b", "c", "d"}[i%4]
-		h.submit(h.newJob(fmt.Sprintf("j%04d", i), 1, 1, func(j *jobs.Job) { j.Account, j.Request.Account = a, a }))
-	}
-	h.mustCycle()
+	h := queuedOnOneNode(b, 4000)
 	for _, a := range h.orders.allAssigned() {
 		h.agentStart(a.JobID)
 	}

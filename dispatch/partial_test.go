@@ -168,13 +168,7 @@ func partialHistory(t *testing.T, sel engine.Selection, seed uint64, mixed bool)
 // heads of the queues (at most headFit fitting jobs per account), none is
 // refused, and each places the job the full plan would place.
 func TestPartialPlansWhileJobsEnd(t *testing.T) {
-	h := newHarness(t, nil)
-	h.nodes.add(cpuNode("n", 8, 65536))
-	for i := range 400 {
-		a := []string{"a", "b", "c", "d"}[i%4]
-		h.submit(h.newJob(fmt.Sprintf("j%03d", i), 1, 1, func(j *jobs.Job) { j.Account, j.Request.Account = a, a }))
-	}
-	h.mustCycle()
+	h := queuedOnOneNode(t, 400)
 	startAll := func() {
 		for _, a := range h.orders.allAssigned() {
 			if p, ok := h.phase(a.JobID); ok && p == PhaseAssigned && h.store.rec(a.JobID).Status == wire.JobQueued {
@@ -293,4 +287,17 @@ func TestPartialPlanSeesAgeing(t *testing.T) {
 	if p, _ := h.phase("o"); p != PhasePending {
 		t.Errorf("o is %s, want pending", p)
 	}
+}
+
+// queuedOnOneNode is a harness whose node of 8 cores has n one-core jobs of
+// four accounts queued for it, after one cycle (8 of them assigned).
+func queuedOnOneNode(tb testing.TB, n int) *harness {
+	h := newHarness(tb, nil)
+	h.nodes.add(cpuNode("n", 8, 65536))
+	for i := range n {
+		a := []string{"a", "b", "c", "d"}[i%4]
+		h.submit(h.newJob(fmt.Sprintf("j%04d", i), 1, 1, func(j *jobs.Job) { j.Account, j.Request.Account = a, a }))
+	}
+	h.mustCycle()
+	return h
 }
