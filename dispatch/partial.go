@@ -9,14 +9,15 @@ import (
 
 // Partial plans (issue 10: re-plan only what changed).
 //
-// When the only change since the last plan is that running or assigned
-// jobs ended (room freed; s.freed), and new jobs came, the engine need not
-// order and explain every pending job again: only the head of each
-// account's queue can take the room. A partial plan gives the engine the
-// head of each account's queue in the last full plan's order (s.order) —
-// up to headFit jobs that fit now, or headMax jobs, and every job up to the
-// last full plan's reservation holder — and the jobs added since that plan.
-// The rest are left out.
+// When only ends (room freed; s.freed) and new jobs changed the engine's
+// input since the last plan, the engine need not order and explain every
+// pending job again: only the head of each account's queue can take the
+// room. A partial plan gives the engine the head of each account's queue
+// as the last full plan ordered it (s.queues) — up to headFitNow() jobs
+// that fit now, or headMax jobs, and every job up to the last full plan's
+// reservation holder — and the jobs added since that plan that go before
+// the first job left out of their account (engine.Ranker). The rest are
+// left out, and not even walked.
 //
 // The engine is pure, so the partial plan is checked before anything of it
 // is used, and a full plan replaces it when the check fails
@@ -31,23 +32,27 @@ import (
 // placement and the reservation come before the cut, both walks make them
 // alike. After the cut the full walk places nothing either: a left-out job
 // does not fit the room the placements leave (checked, with the devices
-// counted as free: an over-estimate), and an included one found the same
-// room and the same reservation in the partial walk. What the State keeps
-// follows the placed entries, and the first job of each account still
+// counted as free: an over-estimate; a queue's left-out jobs are read only
+// when that room could take its least request), or is held as a job before
+// it was (its account's quota or share cap, or a job no harder that found
+// no node: engine.NoEasier); and an included one found the same room and
+// the same reservation in the partial walk. What the State keeps follows
+// the placed entries, and (WFQ) the first job of each account still
 // waiting for capacity, which the check requires among the included ones.
+// An account's queue order changes with time only when ageing is capped
+// (MaxAge): then the heads are checked against every job left out.
+// TestPartialPlanIsTheFullPlan compares every partial plan that passes
+// with the full plan on random histories.
 //
 // Where a partial plan is not attempted: the full re-plan is due
 // (FullReplan), anything else changed (s.replan: nodes, a job back in the
 // queue, a pending job gone, a gang member), preemption is on, a preemptor
 // waits, a pending job has a deadline or is a gang member, the selection is
 // DRR (its deficits are bounded by the dearest job of the whole queue),
-// backfill is off, or too many jobs came since the last full plan.
-//
-// What it does not see: a job whose priority overtook its account's head
-// by ageing since the last full plan (ages grow alike; only MaxAge's cap
-// reorders, by hours over hours) waits for the next full plan. A partial
-// plan explains no job: the explanations are the last full plan's, and a
-// new job that waits is explained within explainNewWithin, as before.
+// backfill is off, fewer than partialMinJobs wait, or too many jobs came
+// since the last full plan. A partial plan explains no job: the
+// explanations are the last full plan's, and a new job that waits is
+// explained within explainNewWithin, as before.
 
 // Partial plan bounds.
 const (
