@@ -550,13 +550,17 @@ func (a *Agent) launch(ctx context.Context, node Node, rec jobs.Job, pl provider
 			Error: &wire.JobError{Code: string(werr.Code), Message: "this node refuses the request: " + werr.Message}})
 		return nil
 	}
+	env := jobEnv(cmd.Env, rec, name)
+	if providers.SharesFiles(node.Provider) {
+		env = a.checkpointEnv(env, rec, firstNonEmpty(cmd.User, a.cfg.RunAs))
+	}
 	t := providers.Task{
 		ID:       TaskID(rec.JobID, rec.Attempt),
 		Argv:     cmd.Argv,
 		Template: rec.Request.Template, // Resolve takes the template when one is named
 		Image:    cmd.Image,
 		Priority: rec.Request.Priority,
-		Env:      a.checkpointEnv(jobEnv(cmd.Env, rec, name), rec, firstNonEmpty(cmd.User, a.cfg.RunAs)),
+		Env:      env,
 		User:     cmd.User,
 		Timeout:  cmd.Timeout,
 		Payload:  rec.Request.Payload,

@@ -1,17 +1,23 @@
 package agent
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/computeboard/computeboard/pool"
+	"github.com/computeboard/computeboard/providers"
+	"github.com/computeboard/computeboard/providers/fake"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -166,5 +172,60 @@ func TestRecordCheckpointsWhileRunning(t *testing.T) {
 	rec = e.waitStatus(j.JobID, wire.JobQueued)
 	if rec.Checkpoint == nil || rec.Checkpoint.Path != filepath.Join(dir, "1") {
 		t.Errorf("requeued record's checkpoint %+v, want %s", rec.Checkpoint, filepath.Join(dir, "1"))
+	}
+}
+
+// filelessProvider is a fake provider whose tasks see none of the agent
+// machine's files (providers.FileSharer), keeping the tasks it started.
+type filelessProvider struct {
+	*fake.Provider
+	mu    sync.Mutex
+	tasks []providers.Task
+}
+
+func (p *filelessProvider) SharesFiles() bool { return false }
+
+func (p *filelessProvider) Start(ctx context.Context, t providers.Task) (providers.Handle, error) {
+	p.mu.Lock()
+	p.tasks = append(p.tasks, t)
+	p.mu.Unlock()
+	return p.Provider.Start(ctx, t)
+}
+
+// TestNoCheckpointDirWhereTasksSeeNoFiles: a job on a node whose provider's
+// tasks see none of the agent machine's files (Kubernetes) gets no
+// checkpoint directory, neither made nor named in its environment; on a
+// provider that shares them, the same job gets both.
+func TestNoCheckpointDirWhereTasksSeeNoFiles(t *testing.T) {
+	t.Parallel()
+	for _, shares := range []bool{false, true} {
+		e := newEnv(t)
+		j := e.queued(job30s)
+		e.assign(j.JobID, "n1")
+		prov := &filelessProvider{Provider: e.prov}
+		var a *Agent
+		if shares {
+			a = e.agent(nil, nil)
+		} else {
+			a = e.agent(prov, nil)
+		}
+		root := t.TempDir()
+		a.cfg.CheckpointDir = root
+		e.run(a)
+		e.waitRunning(j.JobID)
+		_, err := os.Stat(filepath.Join(root, j.JobID))
+		if shares && err != nil {
+			t.Errorf("shared files: the job's checkpoint directory: %v", err)
+		}
+		if !shares {
+			if !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("no shared files: the checkpoint directory was made (%v)", err)
+			}
+			prov.mu.Lock()
+			if len(prov.tasks) != 1 || prov.tasks[0].Env[EnvCheckpointDir] != "" || prov.tasks[0].Env[EnvCheckpointInterval] != "" {
+				t.Errorf("no shared files: tasks %+v, want one without the checkpoint variables", prov.tasks)
+			}
+			prov.mu.Unlock()
+		}
 	}
 }

@@ -191,3 +191,21 @@ type Checkpoint struct {
 type Prober interface {
 	Probe(ctx context.Context) error
 }
+
+// FileSharer is implemented by providers that say whether their tasks see
+// the files of the machine their agent runs on. The agent gives a task a
+// checkpoint directory (the job checkpoint protocol) only where they do:
+// elsewhere the path would name nothing the task can reach, and making the
+// directory would only slow the start. A provider that does not implement
+// it is taken to share them (the local provider; Slurm, whose nodes share
+// the checkpoint directory as every node of the pool must).
+type FileSharer interface {
+	SharesFiles() bool
+}
+
+// SharesFiles reports whether p's tasks see the agent machine's files
+// (FileSharer; true for a provider that does not say).
+func SharesFiles(p Provider) bool {
+	fs, ok := p.(FileSharer)
+	return !ok || fs.SharesFiles()
+}

@@ -51,10 +51,11 @@ type Provider struct {
 }
 
 var (
-	_ providers.Provider = (*Provider)(nil)
-	_ providers.Lister   = (*Provider)(nil)
-	_ providers.Prober   = (*Provider)(nil)
-	_ providers.Notifier = (*Provider)(nil)
+	_ providers.Provider   = (*Provider)(nil)
+	_ providers.Lister     = (*Provider)(nil)
+	_ providers.Prober     = (*Provider)(nil)
+	_ providers.Notifier   = (*Provider)(nil)
+	_ providers.FileSharer = (*Provider)(nil)
 )
 
 // labelControllerUID is the label the Job controller puts on a Job's Pods.
@@ -545,6 +546,11 @@ func (p *Provider) listJobs(ctx context.Context) ([]*batchv1.Job, error) {
 	slices.SortFunc(jobs, func(a, b *batchv1.Job) int { return strings.Compare(a.Name, b.Name) })
 	return jobs, nil
 }
+
+// SharesFiles is false: a task runs in its Pod's containers, on the
+// cluster's nodes, and sees none of the adapter machine's files (so it gets
+// no checkpoint directory there).
+func (p *Provider) SharesFiles() bool { return false }
 
 // Probe checks that the work directory takes a file and that the cluster
 // answers a list of Jobs in the namespace (reachable, and allowed).
