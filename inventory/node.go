@@ -153,3 +153,22 @@ func (n *Node) Clone() Node {
 }
 
 func millicores(cores float64) int64 { return int64(cores*1000 + 0.5) }
+
+// Offered is a node a backend lists (a Slurm partition's, a Kubernetes
+// cluster's) and, when it cannot take work now, why: Out ("slurm: node
+// drained: maintenance", "kube: cordoned"), "" when it can.
+type Offered struct {
+	Node
+	Out string
+}
+
+// Usable returns the nodes of all that are not Out.
+func Usable(all []Offered) []Node {
+	var out []Node
+	for _, n := range all {
+		if n.Out == "" {
+			out = append(out, n.Node)
+		}
+	}
+	return out
+}

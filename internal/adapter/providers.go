@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -397,53 +398,44 @@ func (c *Config) buildProvider(ctx context.Context, pc ProviderConfig, d provide
 }
 
 // nodeInventories are the agent's inventories to read again while it
-// runs: each slurm provider's partition (PartitionNodes), its nodes
-// labelled and priced as buildProviders does, those Slurm cannot use now
-// unhealthy with Slurm's state and reason.
+// runs: each slurm provider's partition (PartitionNodes) and each kube
+// provider's cluster (ClusterNodes: cordoned, not Ready or untolerated
+// tainted nodes out), their nodes labelled and priced as buildProviders
+// does, those the backend cannot use now unhealthy with its reason.
 func (c *Config) nodeInventories(reg map[string]providers.Provider) map[string]agent.Inventory {
 	invs := map[string]agent.Inventory{}
 	for _, pc := range c.providerList() {
-		prov, ok := reg[pc.Name].(*slurm.Provider)
-		if pc.Kind != KindSlurm || !ok {
-			continue
+		switch prov := reg[pc.Name].(type) {
+		case *slurm.Provider:
+			if pc.Kind == KindSlurm {
+				invs[pc.Name] = offeredInventory(pc, prov, pc.Slurm.RefreshInterval.D(), prov.PartitionNodes)
+			}
+		case *kube.Provider:
+			if pc.Kind == KindKube {
+				invs[pc.Name] = offeredInventory(pc, prov, pc.Kube.RefreshInterval, prov.ClusterNodes)
+			}
 		}
-		invs[pc.Name] = agent.Inventory{Every: pc.Slurm.RefreshInterval.D(), List: func(ctx context.Context) ([]agent.Node, error) {
-			pns, err := prov.PartitionNodes(ctx)
-			if err != nil {
-				return nil, err
-			}
-			nodes := make([]agent.Node, len(pns))
-			for i, pn := range pns {
-				rec := pool.NodeRecord{Node: pn.Node, Provider: pc.Name, Unhealthy: pn.Out}
-				rec.Labels[wire.ProviderLabel] = pc.Name
-				rec.Price = pc.Cost.price()
-				nodes[i] = agent.Node{Record: rec, Provider: prov}
-			}
-			return nodes, nil
-		}}
-	}
-	for _, pc := range c.providerList() {
-		prov, ok := reg[pc.Name].(*kube.Provider)
-		if pc.Kind != KindKube || !ok {
-			continue
-		}
-		// A kube cluster's nodes: cordoned, not Ready or tainted ones out.
-		invs[pc.Name] = agent.Inventory{Every: pc.Kube.RefreshInterval, List: func(ctx context.Context) ([]agent.Node, error) {
-			cns, err := prov.ClusterNodes(ctx)
-			if err != nil {
-				return nil, err
-			}
-			nodes := make([]agent.Node, len(cns))
-			for i, cn := range cns {
-				rec := pool.NodeRecord{Node: cn.Node, Provider: pc.Name, Unhealthy: cn.Out}
-				rec.Labels[wire.ProviderLabel] = pc.Name
-				rec.Price = pc.Cost.price()
-				nodes[i] = agent.Node{Record: rec, Provider: prov}
-			}
-			return nodes, nil
-		}}
 	}
 	return invs
+}
+
+// offeredInventory is the agent's inventory of provider pc (prov), read
+// every every from list.
+func offeredInventory(pc ProviderConfig, prov providers.Provider, every time.Duration, list func(context.Context) ([]inventory.Offered, error)) agent.Inventory {
+	return agent.Inventory{Every: every, List: func(ctx context.Context) ([]agent.Node, error) {
+		all, err := list(ctx)
+		if err != nil {
+			return nil, err
+		}
+		nodes := make([]agent.Node, len(all))
+		for i, n := range all {
+			rec := pool.NodeRecord{Node: n.Node, Provider: pc.Name, Unhealthy: n.Out}
+			rec.Labels[wire.ProviderLabel] = pc.Name
+			rec.Price = pc.Cost.price()
+			nodes[i] = agent.Node{Record: rec, Provider: prov}
+		}
+		return nodes, nil
+	}}
 }
 
 // agentID names this adapter's agent (its consumer name on the node

@@ -27,27 +27,14 @@ const (
 	labelGPUMemory  = "nvidia.com/gpu.memory"  // MiB per GPU
 )
 
-// ClusterNode is a node of the cluster, and whether it can take a task.
-type ClusterNode struct {
-	inventory.Node
-	// Out says why the node takes no tasks ("kube: cordoned"), "" when it
-	// does.
-	Out string
-}
+// ClusterNode is a node of the cluster, and whether it can take a task
+// (Out: why not, "kube: cordoned").
+type ClusterNode = inventory.Offered
 
 // Nodes lists the nodes ClusterNodes lists that can take a task.
 func (p *Provider) Nodes(ctx context.Context) ([]inventory.Node, error) {
 	all, err := p.ClusterNodes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []inventory.Node
-	for _, n := range all {
-		if n.Out == "" {
-			out = append(out, n.Node)
-		}
-	}
-	return out, nil
+	return inventory.Usable(all), err
 }
 
 // ClusterNodes lists the cluster's nodes matching Config.NodeSelector, as

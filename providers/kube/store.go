@@ -36,7 +36,7 @@ func (p *Provider) writeRecord(rec record) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(p.taskDir(rec.TaskID), fileRecord), b)
+	return providers.WriteFileAtomic(filepath.Join(p.taskDir(rec.TaskID), fileRecord), b)
 }
 
 func (p *Provider) readRecord(id string) (*record, error) {
@@ -58,7 +58,7 @@ func (p *Provider) readRecord(id string) (*record, error) {
 // outlives the Job and stays what Poll reports.
 func (p *Provider) keepOutcome(id string, st providers.Status) {
 	b, _ := json.Marshal(st)
-	if err := writeFileAtomic(filepath.Join(p.taskDir(id), fileOutcome), b); err != nil {
+	if err := providers.WriteFileAtomic(filepath.Join(p.taskDir(id), fileOutcome), b); err != nil {
 		p.log.Warn("record outcome", "task", id, "err", err)
 	}
 }
@@ -73,26 +73,6 @@ func (p *Provider) outcome(id string) (providers.Status, bool) {
 		return providers.Status{}, false
 	}
 	return st, true
-}
-
-// writeFileAtomic replaces path with data (mode 0600): readers see the old
-// file or the new one, never a part.
-func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(data)
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(f.Name(), path)
-	}
-	if werr != nil {
-		os.Remove(f.Name())
-	}
-	return werr
 }
 
 // Prune removes the directories of tasks whose end was recorded before

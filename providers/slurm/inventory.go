@@ -24,29 +24,15 @@ const (
 var usableStates = []string{"idle", "mixed", "allocated", "completing"}
 
 // PartitionNode is a node of the partition and, when it cannot take
-// jobs, why.
-type PartitionNode struct {
-	inventory.Node
-	// Out says why the node takes no jobs ("slurm: node drained: test"),
-	// "" when it does.
-	Out string
-}
+// jobs, why (Out: "slurm: node drained: test").
+type PartitionNode = inventory.Offered
 
 // Nodes lists the partition's usable nodes (every partition's, when
 // Config.Partition is empty) as pool nodes: PartitionNodes without those
 // Out.
 func (p *Provider) Nodes(ctx context.Context) ([]inventory.Node, error) {
 	all, err := p.PartitionNodes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []inventory.Node
-	for _, n := range all {
-		if n.Out == "" {
-			out = append(out, n.Node)
-		}
-	}
-	return out, nil
+	return inventory.Usable(all), err
 }
 
 // PartitionNodes lists the partition's nodes, usable or not (every

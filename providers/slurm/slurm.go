@@ -261,30 +261,10 @@ func (p *Provider) writeRecord(dir string, rec record) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, fileRecord), b); err != nil {
+	if err := providers.WriteFileAtomic(filepath.Join(dir, fileRecord), b); err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(p.jobsDir(), rec.JobID), []byte(rec.TaskID))
-}
-
-// writeFileAtomic replaces path with data (mode 0600): readers see the old
-// file or the new one, never a part.
-func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(data)
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(f.Name(), path)
-	}
-	if werr != nil {
-		os.Remove(f.Name())
-	}
-	return werr
+	return providers.WriteFileAtomic(filepath.Join(p.jobsDir(), rec.JobID), []byte(rec.TaskID))
 }
 
 // ref is a handle resolved: the job and, when this provider holds a
@@ -423,7 +403,7 @@ func (p *Provider) pollSnap(ctx context.Context, r ref, notBefore time.Time) (pr
 func (p *Provider) keepOutcome(dir string, st providers.Status) {
 	path := filepath.Join(dir, fileOutcome)
 	b, _ := json.Marshal(st)
-	if err := writeFileAtomic(path, b); err != nil {
+	if err := providers.WriteFileAtomic(path, b); err != nil {
 		p.log.Warn("record outcome", "dir", dir, "err", err)
 	}
 }
