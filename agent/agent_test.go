@@ -191,7 +191,14 @@ func (e *env) run(a *Agent) (stop func()) {
 // waitFor polls cond until it holds, failing the test after 10 s.
 func (e *env) waitFor(what string, cond func() bool) {
 	e.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	e.waitWithin(10*time.Second, what, cond)
+}
+
+// waitWithin is waitFor with its own limit, for steps that go through an
+// outside system (slurmctld) that may answer slowly on a loaded machine.
+func (e *env) waitWithin(limit time.Duration, what string, cond func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
 			e.t.Fatalf("timed out waiting for %s", what)

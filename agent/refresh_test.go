@@ -65,7 +65,10 @@ func TestRefreshSlurmNodes(t *testing.T) {
 		}
 		return pool.NodeRecord{}, false
 	}
-	e.waitFor("the Slurm node registered", func() bool { _, ok := registered(); return ok })
+	// Each step below waits on slurmctld (sinfo, sbatch), which can take
+	// seconds to answer while the rest of the suite loads the machine.
+	const slurmWait = time.Minute
+	e.waitWithin(slurmWait, "the Slurm node registered", func() bool { _, ok := registered(); return ok })
 	rec, _ := registered()
 	if rec.Agent != "agent-1" || rec.Provider != "slurm" || rec.CPUs != 2 || rec.Unhealthy != "" {
 		t.Errorf("registered %+v; want agent agent-1, provider slurm, 2 CPUs, healthy", rec)
@@ -73,7 +76,10 @@ func TestRefreshSlurmNodes(t *testing.T) {
 
 	j := e.queued(`{"command":["/bin/sh","-c","exit 0"]}`)
 	e.assign(j.JobID, c.Node)
-	e.waitStatus(j.JobID, wire.JobSucceeded)
+	e.waitWithin(slurmWait, "the job succeeded on Slurm", func() bool {
+		r, err := e.jobs.Get(e.ctx, j.JobID)
+		return err == nil && r.Status == wire.JobSucceeded
+	})
 	if h := e.rec(j.JobID).Handle; !strings.Contains(h, `"slurm"`) {
 		t.Errorf("the job's handle %s is not the Slurm provider's", h)
 	}
@@ -85,10 +91,10 @@ func TestRefreshSlurmNodes(t *testing.T) {
 		}
 	}
 	scontrol("update", "nodename="+c.Node, "state=drain", "reason=cbtest-maintenance")
-	e.waitFor("the drained node out of scheduling", func() bool { r, _ := registered(); return r.Unhealthy != "" })
+	e.waitWithin(slurmWait, "the drained node out of scheduling", func() bool { r, _ := registered(); return r.Unhealthy != "" })
 	if r, _ := registered(); !strings.Contains(r.Unhealthy, "drain") || !strings.Contains(r.Unhealthy, "cbtest-maintenance") {
 		t.Errorf("drained node's reason %q; want Slurm's state and reason", r.Unhealthy)
 	}
 	scontrol("update", "nodename="+c.Node, "state=resume")
-	e.waitFor("the resumed node back in scheduling", func() bool { r, _ := registered(); return r.Unhealthy == "" })
+	e.waitWithin(slurmWait, "the resumed node back in scheduling", func() bool { r, _ := registered(); return r.Unhealthy == "" })
 }

@@ -25,6 +25,11 @@ import (
 // verified, the job requeued, the CRITICAL job started on ck-a. ck-a stays
 // full, so when ck-b frees the example job restarts there, from the
 // checkpoint it saved on ck-a (its stdout says so), and succeeds.
+// The sizes leave room for a loaded machine: the grace (4 s) for the save,
+// the filler (12 s) outlasting the grace so that the CRITICAL job can only
+// take ck-a, the count (15 s) outlasting both so that the job cannot
+// finish before its eviction, and the CRITICAL job (60 s) outlasting the
+// restarted run.
 func TestPreemptionMigrates(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Shared(t)
@@ -43,20 +48,20 @@ listen: 127.0.0.1:0
 work_dir: %s
 templates:
   count:
-    command: [/usr/bin/python3, %q, --to, "60", --step, "0.1"]
+    command: [/usr/bin/python3, %q, --to, "150", --step, "0.1"]
     preempt_mode: checkpoint
   filler:
-    command: [/bin/sh, -c, 'sleep 5']
+    command: [/bin/sh, -c, 'sleep 12']
     non_preemptible: true
   crit:
-    command: [/bin/sh, -c, 'sleep 20']
+    command: [/bin/sh, -c, 'sleep 60']
 scheduler:
   interval: 50ms
   preemption:
     policy: priority
     min_runtime: 0s
     min_preemptor_level: 8
-    checkpoint_grace: 1s
+    checkpoint_grace: 4s
 pool:
   lease_time: 2s
   heartbeat: 250ms
@@ -130,7 +135,7 @@ broker:
 	if want := fmt.Sprintf("resumed from %d\n", saved); !strings.HasPrefix(out2, want) {
 		t.Errorf("run on ck-b does not start with %q:\n%s", want, out2)
 	}
-	if !regexp.MustCompile(`(?m)^done 60$`).MatchString(out2) {
-		t.Errorf("run on ck-b did not count to 60:\n%s", out2)
+	if !regexp.MustCompile(`(?m)^done 150$`).MatchString(out2) {
+		t.Errorf("run on ck-b did not count to 150:\n%s", out2)
 	}
 }
