@@ -187,6 +187,9 @@ kube_summary() {
     "$(kkv computeboard throughput started_per_s)" "$(kkv computeboard throughput ratio)" "$(kkv computeboard throughput overhead_ms_per_job)" "$(kkv computeboard throughput overhead_pct)" \
     "$(kkv computeboard latency post_to_started_p50_ms)" "$(kkv computeboard latency post_to_started_p99_ms)" \
     "$(kkv computeboard latency overhead_p50_ms)" "$(kkv computeboard latency ratio_p50)"
+  printf 'kube latency p50 splits: post→accepted %s ms, accepted→running (the agent'"'"'s compare-and-set, before the Create) %s ms, running→Pod seen %s ms (client-go create→Pod seen %s ms), Pod seen→Running %s ms (client-go %s ms)\n' \
+    "$(kkv computeboard latency post_to_accepted_p50_ms)" "$(kkv computeboard latency accepted_to_running_p50_ms)" "$(kkv computeboard latency running_to_pod_p50_ms)" \
+    "$(kkv direct latency create_to_pod_p50_ms)" "$(kkv computeboard latency pod_to_running_p50_ms)" "$(kkv direct latency pod_to_running_p50_ms)"
 }
 if [ "${BENCH_ONLY:-}" = kube ]; then
   kuberun

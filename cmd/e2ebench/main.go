@@ -526,7 +526,7 @@ func (b *bench) latency(ctx context.Context, stdout io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("job record %s: %w", jobID, err)
 		}
-		accepted, started, finished := epochNS(rec[0]), epochNS(rec[1]), epochNS(rec[2])
+		accepted, started, finished := benchutil.EpochNS(rec[0]), benchutil.EpochNS(rec[1]), benchutil.EpochNS(rec[2])
 		if accepted == 0 || started == 0 || finished == 0 {
 			return fmt.Errorf("job record %s lacks accepted_at, started_at or finished_at: %v", jobID, rec)
 		}
@@ -549,17 +549,6 @@ func (b *bench) latency(ctx context.Context, stdout io.Writer) error {
 		us(base, 0.5), us(base, 0.99),
 		us(postToAccepted, 0.5), us(acceptedToRunning, 0.5), us(runningToStarted, 0.5), us(exitToRecorded, 0.5), us(recordedToObserved, 0.5))
 	return nil
-}
-
-// epochNS reads a record's epoch-seconds field as Unix nanoseconds (0 if
-// absent or malformed).
-func epochNS(v any) int64 {
-	s, _ := v.(string)
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return 0
-	}
-	return int64(math.Round(f * 1e9))
 }
 
 func quantile(sorted []time.Duration, q float64) time.Duration {

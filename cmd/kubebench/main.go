@@ -64,6 +64,7 @@ import (
 	"github.com/computeboard/computeboard/blackboard"
 	"github.com/computeboard/computeboard/internal/benchutil"
 	"github.com/computeboard/computeboard/internal/kubetest"
+	"github.com/computeboard/computeboard/wire"
 )
 
 func main() {
@@ -169,9 +170,10 @@ type bench struct {
 
 // direct is the direct side's figures.
 type direct struct {
-	startedPerS float64
-	p50         time.Duration
-	podP50      time.Duration // create → Pod first seen
+	startedPerS     float64
+	p50             time.Duration
+	podP50          time.Duration // create → Pod first seen
+	podToRunningP50 time.Duration // Pod first seen → Running
 }
 
 // namespace creates a namespace for one side.
@@ -247,6 +249,7 @@ func (b *bench) direct(ctx context.Context, stdout io.Writer) (direct, error) {
 
 	lats := make([]time.Duration, 0, b.o.latencyN)
 	pods := make([]time.Duration, 0, b.o.latencyN)
+	var podToRunning []time.Duration
 	for i := range b.o.latencyN {
 		id := fmt.Sprintf("l%d", i)
 		t0 := time.Now()
@@ -257,12 +260,15 @@ func (b *bench) direct(ctx context.Context, stdout io.Writer) (direct, error) {
 		if err != nil {
 			return direct{}, err
 		}
+		pod := b.w.createdAt(directLabel, id)
 		lats = append(lats, at.Sub(t0))
-		pods = append(pods, b.w.createdAt(directLabel, id).Sub(t0))
+		pods = append(pods, pod.Sub(t0))
+		podToRunning = append(podToRunning, at.Sub(pod))
 	}
 	d.p50, d.podP50 = benchutil.Percentile(lats, 50), benchutil.Percentile(pods, 50)
-	fmt.Fprintf(stdout, "side=direct part=latency n=%d create_to_started_p50_ms=%.1f create_to_started_p99_ms=%.1f create_to_pod_p50_ms=%.1f\n",
-		b.o.latencyN, benchutil.Millis(d.p50), benchutil.Millis(benchutil.Percentile(lats, 99)), benchutil.Millis(d.podP50))
+	d.podToRunningP50 = benchutil.Percentile(podToRunning, 50)
+	fmt.Fprintf(stdout, "side=direct part=latency n=%d create_to_started_p50_ms=%.1f create_to_started_p99_ms=%.1f create_to_pod_p50_ms=%.1f pod_to_running_p50_ms=%.1f\n",
+		b.o.latencyN, benchutil.Millis(d.p50), benchutil.Millis(benchutil.Percentile(lats, 99)), benchutil.Millis(d.podP50), benchutil.Millis(d.podToRunningP50))
 	return d, nil
 }
 
@@ -303,6 +309,10 @@ func (b *bench) computeboard(ctx context.Context, stdout io.Writer, d direct) er
 
 	lats := make([]time.Duration, 0, b.o.latencyN)
 	pods := make([]time.Duration, 0, b.o.latencyN)
+	// Splits of post→Pod at the job record's accepted_at (the intake's
+	// script) and started_at (the agent's compare-and-set to running, just
+	// before the Job's Create), and the Pod's own wait for Running.
+	var toAccepted, toRunning, runningToPod, podToRunning []time.Duration
 	for range b.o.latencyN {
 		t0 := time.Now()
 		id, err := store.Post(ctx, blackboard.NewEntry(blackboard.RequestTopic, "latency", data))
@@ -313,13 +323,29 @@ func (b *bench) computeboard(ctx context.Context, stdout io.Writer, d direct) er
 		if err != nil {
 			return fmt.Errorf("%w; adapter log: %s", err, ad.LogTail())
 		}
+		pod := b.w.createdAt(requestLabel, id)
 		lats = append(lats, at.Sub(t0))
-		pods = append(pods, b.w.createdAt(requestLabel, id).Sub(t0))
+		pods = append(pods, pod.Sub(t0))
+		rec, err := b.rdb.HMGet(ctx, store.Keys().Job(wire.JobID(id)), "accepted_at", "started_at").Result()
+		if err != nil {
+			return fmt.Errorf("job record of %s: %w", id, err)
+		}
+		accepted, running := benchutil.EpochNS(rec[0]), benchutil.EpochNS(rec[1])
+		if accepted == 0 || running == 0 {
+			return fmt.Errorf("job record of %s lacks accepted_at or started_at: %v", id, rec)
+		}
+		toAccepted = append(toAccepted, time.Duration(accepted-t0.UnixNano()))
+		toRunning = append(toRunning, time.Duration(running-accepted))
+		runningToPod = append(runningToPod, time.Duration(pod.UnixNano()-running))
+		podToRunning = append(podToRunning, at.Sub(pod))
 	}
 	p50, podP50 := benchutil.Percentile(lats, 50), benchutil.Percentile(pods, 50)
-	fmt.Fprintf(stdout, "side=computeboard part=latency n=%d post_to_started_p50_ms=%.1f post_to_started_p99_ms=%.1f direct_p50_ms=%.1f overhead_p50_ms=%.1f ratio_p50=%.3f post_to_pod_p50_ms=%.1f direct_create_to_pod_p50_ms=%.1f\n",
+	ms50 := func(ds []time.Duration) float64 { return benchutil.Millis(benchutil.Percentile(ds, 50)) }
+	fmt.Fprintf(stdout, "side=computeboard part=latency n=%d post_to_started_p50_ms=%.1f post_to_started_p99_ms=%.1f direct_p50_ms=%.1f overhead_p50_ms=%.1f ratio_p50=%.3f post_to_pod_p50_ms=%.1f direct_create_to_pod_p50_ms=%.1f"+
+		" post_to_accepted_p50_ms=%.1f accepted_to_running_p50_ms=%.1f running_to_pod_p50_ms=%.1f pod_to_running_p50_ms=%.1f direct_pod_to_running_p50_ms=%.1f\n",
 		b.o.latencyN, benchutil.Millis(p50), benchutil.Millis(benchutil.Percentile(lats, 99)), benchutil.Millis(d.p50), benchutil.Millis(p50-d.p50), float64(p50)/float64(d.p50),
-		benchutil.Millis(podP50), benchutil.Millis(d.podP50))
+		benchutil.Millis(podP50), benchutil.Millis(d.podP50),
+		ms50(toAccepted), ms50(toRunning), ms50(runningToPod), ms50(podToRunning), benchutil.Millis(d.podToRunningP50))
 	return nil
 }
 

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -52,6 +54,17 @@ func Percentile(ds []time.Duration, p int) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return s[min(len(s)-1, (len(s)*p+99)/100-1)]
+}
+
+// EpochNS reads a job record's epoch-seconds field (as HMGET returns it)
+// as Unix nanoseconds: 0 if absent or malformed.
+func EpochNS(v any) int64 {
+	s, _ := v.(string)
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0
+	}
+	return int64(math.Round(f * 1e9))
 }
 
 // Millis is d in milliseconds.
