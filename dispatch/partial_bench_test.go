@@ -45,16 +45,19 @@ func BenchmarkPartialPlan(b *testing.B) {
 	h.s.mu.Lock()
 	defer h.s.mu.Unlock()
 	b.Run("partial", func(b *testing.B) {
+		jobs := 0
 		for b.Loop() {
 			snap, ps, ok := h.s.partialSnapshotLocked(1)
 			if !ok {
 				b.Fatal("no partial plan")
 			}
+			jobs = len(snap.Pending)
 			plan, _ := engine.Schedule(h.s.state, snap)
 			if !h.s.partialValidLocked(plan, ps) || len(plan.Placements) != 1 {
 				b.Fatalf("partial plan refused, or placing %d", len(plan.Placements))
 			}
 		}
+		b.ReportMetric(float64(jobs), "jobs/plan")
 	})
 	b.Run("full", func(b *testing.B) {
 		for b.Loop() {

@@ -192,7 +192,9 @@ func TestPartialPlansWhileJobsEnd(t *testing.T) {
 		h.s.mu.Lock()
 		seed := h.s.cfg.Seed ^ (h.s.cycle + 1)
 		psnap, ps, ok := h.s.partialSnapshotLocked(seed)
-		if !ok || ps.left() == 0 || len(psnap.Pending) > 4*h.s.headFitNow() {
+		// One core is free, so each of the 4 accounts' heads ends at the
+		// room bound: headRoomMin jobs.
+		if !ok || ps.left() == 0 || len(psnap.Pending) > 4*headRoomMin {
 			h.s.mu.Unlock()
 			t.Fatalf("after %d ends: partial input ok=%v with %d jobs, %d left out; want the heads only", ended, ok, len(psnap.Pending), ps.left())
 		}
@@ -211,6 +213,14 @@ func TestPartialPlansWhileJobsEnd(t *testing.T) {
 			t.Fatalf("after %d ends: %d partial plans and %d refused, want one more partial plan (%d, %d before)", ended, after.partial, after.partialRefused, before.partial, before.partialRefused)
 		}
 		startAll()
+		// The node is full again: no queued job fits, so each head is
+		// headRoomMin jobs (before, every queue was walked to headMax).
+		h.s.mu.Lock()
+		psnap, _, ok = h.s.partialSnapshotLocked(seed)
+		h.s.mu.Unlock()
+		if !ok || len(psnap.Pending) > 4*headRoomMin {
+			t.Fatalf("after %d ends, with the node full: partial input ok=%v with %d jobs; want %d at most", ended, ok, len(psnap.Pending), 4*headRoomMin)
+		}
 	}
 }
 

@@ -822,6 +822,17 @@ func NewFitter(nodes []Node) *Fitter {
 // least v in every dimension fits.
 func (f *Fitter) Admits(v Resources) bool { return v.Fits(f.maxFree) }
 
+// Room is the free vector of the Fitter's healthy nodes, summed: no set of
+// jobs whose request vectors add up to more than it, in any dimension, can
+// all be placed at once.
+func (f *Fitter) Room() Resources {
+	var r Resources
+	for i := range f.nodes {
+		r = r.Add(f.nodes[i].free)
+	}
+	return r
+}
+
 // RequestVector is the amount a placement of j takes from a node's free
 // vector (its Request, with MIG instances and storage tiers counted as the
 // placement counts them).
