@@ -200,15 +200,21 @@ func Supervise(cmd *exec.Cmd, out *Capture, spec *Spec, deadline time.Time, stop
 	}
 
 	grace := spec.KillGrace
+	left := true // processes may be left: Drain looks
 	if cause != nil {
 		grace -= time.Since(askedAt) // the group's grace started when we asked
-	} else if procs.Alive() {
+	} else if left = procs.Alive(); left {
 		procs.Terminate() // it ended on its own but left processes behind
 	}
 	// The leader is reaped, so the group ID could in principle be reused by
 	// a new group; Linux does not hand out a pid while a group of that ID
 	// has members, which leaves only the instant after the last one exits.
-	drained := Drain(context.Background(), procs, grace)
+	// Nothing was left (the common case): Drain would only read the
+	// cgroup's process list a second time.
+	var drained error
+	if left {
+		drained = Drain(context.Background(), procs, grace)
+	}
 	if drained != nil {
 		log.Warn("task's processes not cleared", "err", drained)
 	}
