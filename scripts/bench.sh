@@ -28,7 +28,8 @@
 # KUBE_N (default 200) Jobs created through client-go in a loop against the
 # same jobs posted through the blackboard to an adapter whose provider is
 # that cluster, Pods Running/s and the overhead per job; and submit→Pod
-# Running one job at a time (KUBE_LATENCY_N, default 30).
+# Running one job at a time (KUBE_LATENCY_N, default 30), the two sides
+# alternating job by job.
 # These machines are noisy: read ratios, not absolute numbers, and run it
 # twice before believing a change.
 set -euo pipefail

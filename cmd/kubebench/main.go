@@ -25,10 +25,13 @@
 //   - side=direct part=latency: -latency-n Jobs one at a time, from just
 //     before Create to the Pod Running (p50, p99).
 //   - side=computeboard part=latency: the same from just before
-//     Store.Post, with overhead_p50_ms and ratio_p50.
+//     Store.Post, with overhead_p50_ms and ratio_p50, and splits at the
+//     job record's accepted_at and started_at.
 //
-// Each side's Jobs are deleted (their namespace), and gone, before the
-// next side starts: the cascade would otherwise load the control plane
+// The latency parts alternate, one job of each side at a time (each side
+// first half the time), after both throughput parts. For the throughput
+// parts, each side's Jobs are deleted (their namespace), and gone, before
+// the next side starts: the cascade would otherwise load the control plane
 // the next side is measured on. Next to the latencies, post_to_pod and
 // create_to_pod split them where the Pod is first seen (before: the
 // submission's path to a Job and the Job controller; after: scheduling
@@ -170,10 +173,7 @@ type bench struct {
 
 // direct is the direct side's figures.
 type direct struct {
-	startedPerS     float64
-	p50             time.Duration
-	podP50          time.Duration // create → Pod first seen
-	podToRunningP50 time.Duration // Pod first seen → Running
+	startedPerS float64
 }
 
 // namespace creates a namespace for one side.
@@ -224,10 +224,7 @@ func (b *bench) direct(ctx context.Context, stdout io.Writer) (direct, error) {
 		return direct{}, err
 	}
 	defer drop()
-	create := func(id string, i int) error {
-		_, err := b.cs.BatchV1().Jobs(ns).Create(ctx, job(id, b.c.Nodes[i%len(b.c.Nodes)].Name), metav1.CreateOptions{})
-		return err
-	}
+	create := b.creator(ctx, ns)
 	ids := make([]string, b.o.n)
 	start := time.Now()
 	for i := range ids {
@@ -247,29 +244,16 @@ func (b *bench) direct(ctx context.Context, stdout io.Writer) (direct, error) {
 	fmt.Fprintf(stdout, "side=direct part=throughput n=%d nodes=%d create_secs=%.3f create_per_s=%.1f started_secs=%.3f started_per_s=%.1f\n",
 		b.o.n, b.o.nodes, created.Seconds(), float64(b.o.n)/created.Seconds(), secs, d.startedPerS)
 
-	lats := make([]time.Duration, 0, b.o.latencyN)
-	pods := make([]time.Duration, 0, b.o.latencyN)
-	var podToRunning []time.Duration
-	for i := range b.o.latencyN {
-		id := fmt.Sprintf("l%d", i)
-		t0 := time.Now()
-		if err := create(id, i); err != nil {
-			return direct{}, err
-		}
-		at, err := b.w.waitAll(ctx, directLabel, []string{id})
-		if err != nil {
-			return direct{}, err
-		}
-		pod := b.w.createdAt(directLabel, id)
-		lats = append(lats, at.Sub(t0))
-		pods = append(pods, pod.Sub(t0))
-		podToRunning = append(podToRunning, at.Sub(pod))
-	}
-	d.p50, d.podP50 = benchutil.Percentile(lats, 50), benchutil.Percentile(pods, 50)
-	d.podToRunningP50 = benchutil.Percentile(podToRunning, 50)
-	fmt.Fprintf(stdout, "side=direct part=latency n=%d create_to_started_p50_ms=%.1f create_to_started_p99_ms=%.1f create_to_pod_p50_ms=%.1f pod_to_running_p50_ms=%.1f\n",
-		b.o.latencyN, benchutil.Millis(d.p50), benchutil.Millis(benchutil.Percentile(lats, 99)), benchutil.Millis(d.podP50), benchutil.Millis(d.podToRunningP50))
 	return d, nil
+}
+
+// creator returns a function that creates Job id in namespace ns, pinned
+// to the i-th node (round robin), as the direct side does.
+func (b *bench) creator(ctx context.Context, ns string) func(id string, i int) error {
+	return func(id string, i int) error {
+		_, err := b.cs.BatchV1().Jobs(ns).Create(ctx, job(id, b.c.Nodes[i%len(b.c.Nodes)].Name), metav1.CreateOptions{})
+		return err
+	}
 }
 
 func (b *bench) computeboard(ctx context.Context, stdout io.Writer, d direct) error {
@@ -307,13 +291,41 @@ func (b *bench) computeboard(ctx context.Context, stdout io.Writer, d direct) er
 		b.o.n, b.o.nodes, b.o.posters, posted.Seconds(), secs, perS, d.startedPerS, perS/d.startedPerS, 1000/perS-1000/d.startedPerS,
 		100*(d.startedPerS/perS-1))
 
+	// The latency part alternates the sides, one job at a time (the
+	// direct side's Jobs in a namespace of their own, alive meanwhile), so
+	// that both meet the control plane in the same state: run one after
+	// the other, a drift of the control plane between them (etcd, the
+	// namespaces' deletions) showed as either side's overhead.
+	dns, dropD, err := b.namespace(ctx, "direct-latency")
+	if err != nil {
+		return err
+	}
+	defer dropD()
+	create := b.creator(ctx, dns)
+	var dLats, dPods, dPodToRunning []time.Duration
 	lats := make([]time.Duration, 0, b.o.latencyN)
 	pods := make([]time.Duration, 0, b.o.latencyN)
 	// Splits of post→Pod at the job record's accepted_at (the intake's
 	// script) and started_at (the agent's compare-and-set to running, just
 	// before the Job's Create), and the Pod's own wait for Running.
 	var toAccepted, toRunning, runningToPod, podToRunning []time.Duration
-	for range b.o.latencyN {
+	direct1 := func(i int) error {
+		id := fmt.Sprintf("l%d", i)
+		t0 := time.Now()
+		if err := create(id, i); err != nil {
+			return err
+		}
+		at, err := b.w.waitAll(ctx, directLabel, []string{id})
+		if err != nil {
+			return err
+		}
+		pod := b.w.createdAt(directLabel, id)
+		dLats = append(dLats, at.Sub(t0))
+		dPods = append(dPods, pod.Sub(t0))
+		dPodToRunning = append(dPodToRunning, at.Sub(pod))
+		return nil
+	}
+	post1 := func() error {
 		t0 := time.Now()
 		id, err := store.Post(ctx, blackboard.NewEntry(blackboard.RequestTopic, "latency", data))
 		if err != nil {
@@ -338,14 +350,30 @@ func (b *bench) computeboard(ctx context.Context, stdout io.Writer, d direct) er
 		toRunning = append(toRunning, time.Duration(running-accepted))
 		runningToPod = append(runningToPod, time.Duration(pod.UnixNano()-running))
 		podToRunning = append(podToRunning, at.Sub(pod))
+		return nil
 	}
-	p50, podP50 := benchutil.Percentile(lats, 50), benchutil.Percentile(pods, 50)
+	for i := range b.o.latencyN {
+		first, second := func() error { return direct1(i) }, post1
+		if i%2 == 1 { // each side goes first half the time
+			first, second = second, first
+		}
+		if err := first(); err != nil {
+			return fmt.Errorf("latency: %w", err)
+		}
+		if err := second(); err != nil {
+			return fmt.Errorf("latency: %w", err)
+		}
+	}
 	ms50 := func(ds []time.Duration) float64 { return benchutil.Millis(benchutil.Percentile(ds, 50)) }
+	dP50 := benchutil.Percentile(dLats, 50)
+	fmt.Fprintf(stdout, "side=direct part=latency n=%d create_to_started_p50_ms=%.1f create_to_started_p99_ms=%.1f create_to_pod_p50_ms=%.1f pod_to_running_p50_ms=%.1f\n",
+		b.o.latencyN, benchutil.Millis(dP50), benchutil.Millis(benchutil.Percentile(dLats, 99)), ms50(dPods), ms50(dPodToRunning))
+	p50 := benchutil.Percentile(lats, 50)
 	fmt.Fprintf(stdout, "side=computeboard part=latency n=%d post_to_started_p50_ms=%.1f post_to_started_p99_ms=%.1f direct_p50_ms=%.1f overhead_p50_ms=%.1f ratio_p50=%.3f post_to_pod_p50_ms=%.1f direct_create_to_pod_p50_ms=%.1f"+
 		" post_to_accepted_p50_ms=%.1f accepted_to_running_p50_ms=%.1f running_to_pod_p50_ms=%.1f pod_to_running_p50_ms=%.1f direct_pod_to_running_p50_ms=%.1f\n",
-		b.o.latencyN, benchutil.Millis(p50), benchutil.Millis(benchutil.Percentile(lats, 99)), benchutil.Millis(d.p50), benchutil.Millis(p50-d.p50), float64(p50)/float64(d.p50),
-		benchutil.Millis(podP50), benchutil.Millis(d.podP50),
-		ms50(toAccepted), ms50(toRunning), ms50(runningToPod), ms50(podToRunning), benchutil.Millis(d.podToRunningP50))
+		b.o.latencyN, benchutil.Millis(p50), benchutil.Millis(benchutil.Percentile(lats, 99)), benchutil.Millis(dP50), benchutil.Millis(p50-dP50), float64(p50)/float64(dP50),
+		ms50(pods), ms50(dPods),
+		ms50(toAccepted), ms50(toRunning), ms50(runningToPod), ms50(podToRunning), ms50(dPodToRunning))
 	return nil
 }
 
