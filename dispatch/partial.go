@@ -17,10 +17,10 @@ import (
 // that fit now, or headMax jobs, or (at least headRoomMin that fit now)
 // as many of those that fit now as overflow the room of every node
 // together and one more, or headRoomMin jobs when none of the queue fits
-// now, and every job up to the last
-// full plan's reservation holder — and the jobs added since that plan that go before
-// the first job left out of their account (engine.Ranker). The rest are
-// left out, and not even walked.
+// now, and every job up to the last full plan's reservation holder — and
+// the jobs added since that plan that go before the first job left out of
+// their account (engine.Ranker). The rest are left out, and not even
+// walked.
 //
 // The engine is pure, so the partial plan is checked before anything of it
 // is used, and a full plan replaces it when the check fails
