@@ -236,9 +236,10 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	errc := make(chan error, 2)
+	reports := make(chan []pool.Report)
 	go func() { errc <- s.intake(ctx) }()
-	go func() { errc <- s.watchReports(ctx, s.lastReport) }()
-	err := s.loop(ctx, cancel)
+	go func() { errc <- s.watchReports(ctx, s.lastReport, reports) }()
+	err := s.loop(ctx, reports)
 	cancel(err)
 	<-errc
 	<-errc
@@ -254,14 +255,14 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	return err
 }
 
-func (s *Scheduler) loop(ctx context.Context, cancel context.CancelCauseFunc) error {
+// loop runs a step on every batch of reports (from watchReports, in
+// order), on every wake (new jobs, cancellations) and at least every
+// Interval.
+func (s *Scheduler) loop(ctx context.Context, reportsC <-chan []pool.Report) error {
 	tick := time.NewTicker(s.cfg.Interval)
 	defer tick.Stop()
+	var reports []pool.Report
 	for {
-		reports, err := s.orders.Reports(ctx, s.lastReport, 4096, 0)
-		if err != nil && ctx.Err() == nil {
-			s.log.Warn("read reports", "err", err)
-		}
 		if err := s.step(ctx, reports); err != nil {
 			if errors.Is(err, jobs.ErrFenced) || errors.Is(err, pool.ErrFenced) {
 				s.log.Warn("deposed: another scheduler holds the lease", "err", err)
@@ -271,34 +272,38 @@ func (s *Scheduler) loop(ctx context.Context, cancel context.CancelCauseFunc) er
 				s.log.Warn("scheduling step", "err", err)
 			}
 		}
-		if len(reports) == 4096 {
-			continue // more waiting
-		}
+		reports = nil
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
 		case <-s.wake:
+		case reports = <-reportsC:
 		}
 	}
 }
 
-// watchReports wakes the loop as soon as an agent reports (a start, an
-// end), so ends free their resources at once rather than on the next
-// tick. It only watches (a blocking read of one report after the last it
-// saw); the loop reads the reports from its own cursor.
-func (s *Scheduler) watchReports(ctx context.Context, from string) error {
+// watchReports is the one reader of the agents' reports (a start, an
+// end): a blocking read of those after the last it saw, handed to the loop
+// as they come, so that ends free their resources at once rather than on
+// the next tick. (The loop read them again itself, after this read had
+// woken it: two reads of the stream per report.)
+func (s *Scheduler) watchReports(ctx context.Context, from string, out chan<- []pool.Report) error {
 	for ctx.Err() == nil {
-		rs, err := s.orders.Reports(ctx, from, 1, time.Second)
+		rs, err := s.orders.Reports(ctx, from, 4096, time.Second)
 		if err != nil {
 			if ctx.Err() == nil {
+				s.log.Warn("read reports", "err", err)
 				sleepCtx(ctx, 100*time.Millisecond)
 			}
 			continue
 		}
 		if len(rs) > 0 {
 			from = rs[len(rs)-1].ID
-			s.poke()
+			select {
+			case out <- rs:
+			case <-ctx.Done():
+			}
 		}
 	}
 	return nil
