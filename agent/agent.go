@@ -582,10 +582,22 @@ func (a *Agent) launch(ctx context.Context, node Node, rec jobs.Job, pl provider
 		// of that start (a rollback) and the order came back. That run
 		// is the attempt's run: watch it, never start a second.
 		h = providers.Handle{Provider: node.Record.Provider, ID: t.ID}
-		if st, perr := node.Provider.Poll(ctx, h); perr == nil {
+		st, perr := node.Provider.Poll(ctx, h)
+		if perr == nil {
 			a.log.Warn("this node ran this attempt already (its task record is there): recording that run, not starting another",
 				"job", rec.JobID, "attempt", rec.Attempt, "state", st.State)
 			return a.track(&task{rec: rec, node: name, handle: h, prov: node.Provider})
+		}
+		if errors.Is(perr, providers.ErrUnknownHandle) {
+			// The attempt's task ID is taken, but nothing ran under it:
+			// an adapter died between making the task's directory and
+			// starting it, and Redis lost what followed. The ID cannot be
+			// started again, so the job goes back to the queue, to run as
+			// its next attempt (it failed start_failed here before).
+			a.log.Warn("this attempt's task ID is taken on this node but never ran: the job goes back to the queue",
+				"job", rec.JobID, "attempt", rec.Attempt)
+			a.neverStarted(ctx, &task{rec: rec, node: name, handle: h, prov: node.Provider})
+			return nil
 		}
 	}
 	if err != nil {

@@ -194,3 +194,48 @@ func TestRegistersAgainAfterDataLoss(t *testing.T) {
 		t.Errorf("registered again as %s, want %s", got, want)
 	}
 }
+
+// takenIDProvider is a provider on which the task ID taken was made
+// before but never started (an adapter died between the two): Start
+// refuses it as the local provider does (ErrTaskExists, an invalid task),
+// and Poll does not know it.
+type takenIDProvider struct {
+	providers.Provider
+	taken string
+}
+
+func (p *takenIDProvider) Start(ctx context.Context, t providers.Task) (providers.Handle, error) {
+	if t.ID == p.taken {
+		return providers.Handle{}, fmt.Errorf("taken: start %s: %w: %w", t.ID, providers.ErrInvalidTask, providers.ErrTaskExists)
+	}
+	return p.Provider.Start(ctx, t)
+}
+
+// TestTakenTaskIDThatNeverRanRequeues: a start order for an attempt whose
+// task ID is taken on the node, with nothing run under it (the adapter
+// died between making the task's directory and starting it, and Redis
+// lost what followed: integration/TestRedisRollbackRunsNothingTwice met
+// it), puts the job back in the queue to run as its next attempt. It
+// failed the job start_failed, as a task the node could never run.
+func TestTakenTaskIDThatNeverRanRequeues(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	j := e.queued(job30s)
+	e.assign(j.JobID, "n1")
+	prov := &takenIDProvider{Provider: e.prov, taken: TaskID(j.JobID, 1)}
+	e.run(e.agent(prov, nil))
+	var rec jobs.Job
+	e.waitFor("the job back in the queue after attempt 1", func() bool {
+		var err error
+		rec, err = e.jobs.Get(e.ctx, j.JobID)
+		return err == nil && (rec.Status.Terminal() || rec.Status == wire.JobQueued && rec.Attempt == 1)
+	})
+	if rec.Status != wire.JobQueued || rec.Error != nil {
+		t.Fatalf("job %s (error %+v) after its attempt's task ID was found taken; want queued, to run as attempt 2", rec.Status, rec.Error)
+	}
+	// Placed again on the node, it runs as attempt 2, under a new task ID.
+	e.assign(j.JobID, "n1")
+	if r := e.waitRunning(j.JobID); r.Attempt != 2 {
+		t.Errorf("the job runs as attempt %d, want 2", r.Attempt)
+	}
+}
