@@ -37,7 +37,7 @@ func (e *env) agentWith(poll, safety time.Duration, nodes ...Node) *Agent {
 	return a
 }
 
-// waitStatusWithin is waitStatus with a shorter limit.
+// waitStatusWithin is waitStatus with its own limit.
 func (e *env) waitStatusWithin(id string, st wire.JobStatus, limit time.Duration) {
 	e.t.Helper()
 	deadline := time.Now().Add(limit)

@@ -76,10 +76,7 @@ func TestRefreshSlurmNodes(t *testing.T) {
 
 	j := e.queued(`{"command":["/bin/sh","-c","exit 0"]}`)
 	e.assign(j.JobID, c.Node)
-	e.waitWithin(slurmWait, "the job succeeded on Slurm", func() bool {
-		r, err := e.jobs.Get(e.ctx, j.JobID)
-		return err == nil && r.Status == wire.JobSucceeded
-	})
+	e.waitStatusWithin(j.JobID, wire.JobSucceeded, slurmWait)
 	if h := e.rec(j.JobID).Handle; !strings.Contains(h, `"slurm"`) {
 		t.Errorf("the job's handle %s is not the Slurm provider's", h)
 	}
