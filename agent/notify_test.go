@@ -72,7 +72,15 @@ func TestNotifiedEnd(t *testing.T) {
 	e.clk.Advance(time.Second)
 	e.waitStatusWithin(j.JobID, wire.JobSucceeded, 2*time.Second)
 	e.waitReports(j.JobID+" started running", j.JobID+" ended succeeded")
-	if s := a.Stats(); s.Succeeded != 1 || s.Running != 0 {
+	// The end is reported before the task is untracked (Running counts
+	// the tracked tasks), so the count may lag the report by an instant.
+	var s Stats
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		if s = a.Stats(); s.Succeeded == 1 && s.Running == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if s.Succeeded != 1 || s.Running != 0 {
 		t.Errorf("stats %+v", s)
 	}
 }
