@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/internal/deathsig"
 	"github.com/computeboard/computeboard/internal/redistest"
 	"github.com/computeboard/computeboard/wire"
 )
@@ -71,8 +72,7 @@ func startProc(t *testing.T, args ...string) *proc {
 	}
 	cmd := exec.Command(adapterBinary(t), append([]string{"serve", "--log-level", level}, args...)...)
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := deathsig.Start(cmd); err != nil {
 		t.Fatal(err)
 	}
 	p := &proc{cmd: cmd, out: out}

@@ -53,6 +53,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/computeboard/computeboard/internal/deathsig"
 )
 
 // SkipEnv, set to 1, makes missing binaries skip the tests that need the
@@ -460,8 +462,7 @@ func (c *Cluster) start(bin, name string, args ...string) error {
 	}
 	defer out.Close()
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := deathsig.Start(cmd); err != nil {
 		return fmt.Errorf("kubetest: start %s: %w", name, err)
 	}
 	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}

@@ -32,6 +32,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/computeboard/computeboard/internal/deathsig"
 )
 
 // InstallHint is printed when redis-server cannot be found.
@@ -209,8 +211,7 @@ func (s *Server) launch() error {
 		args = append(args, "--appendonly", "no")
 	}
 	cmd := exec.Command("redis-server", args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := deathsig.Start(cmd); err != nil {
 		return fmt.Errorf("redistest: start redis-server: %w", err)
 	}
 	s.mu.Lock()

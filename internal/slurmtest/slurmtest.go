@@ -45,6 +45,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/computeboard/computeboard/internal/deathsig"
 )
 
 // SkipEnv, set to 1, makes a missing Slurm skip the tests that need it
@@ -112,7 +114,7 @@ func Shared(t testing.TB) *Cluster {
 }
 
 // StartT starts a dedicated cluster for one test and stops it when the
-// test ends.
+// test ends, logging the daemons' last lines if the test failed.
 func StartT(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	c, err := Start(opts)
@@ -122,7 +124,12 @@ func StartT(t testing.TB, opts Options) *Cluster {
 		}
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Stop)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("slurmtest: the cluster's logs\n%s", c.LogTail())
+		}
+		c.Stop()
+	})
 	return c
 }
 
@@ -394,8 +401,7 @@ func (c *Cluster) daemonEnv(name string, env []string, args ...string) error {
 	}
 	defer out.Close()
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := deathsig.Start(cmd); err != nil {
 		return fmt.Errorf("slurmtest: start %s: %w", name, err)
 	}
 	c.mu.Lock()
