@@ -37,11 +37,11 @@ func TestChildOutlivesTheStartingThread(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }() // the only Wait
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
 	// The locked goroutine has ended; give the runtime time to end its
 	// thread, and the kernel to deliver a death signal if there is one.
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
 	select {
 	case <-exited:
 		t.Fatalf("the child died with the thread that started it: %v", cmd.ProcessState)
