@@ -228,6 +228,9 @@ e2e_summary() {
   printf 'e2e CPU per trivial job: adapter %s ms + its children (supervisors, jobs) %s ms + Redis %s ms   fork/exec of /bin/true: %s ms per exec\n' \
     "$(ekv $c throughput adapter_cpu_ms_per_job)" "$(ekv $c throughput children_cpu_ms_per_job)" "$(ekv $c throughput redis_cpu_ms_per_job)" \
     "$(ekv $c throughput forkexec_children_cpu_ms_per_exec)"
+  printf 'e2e the node'"'"'s %s slots during that run: %s of their time held a job recorded running (p50 %s ms from the agent'"'"'s start to the recorded end); p50 %s ms from an end recorded to the start that refills its slot\n' \
+    "$(ekv $c throughput_slots concurrency)" "$(awk -v r="$(ekv $c throughput_slots busy_share)" 'BEGIN { if (r != "") printf "%.0f%%", 100 * r; else print "n/a" }')" \
+    "$(ms "$(ekv $c throughput_slots running_p50_us)")" "$(ms "$(ekv $c throughput_slots refill_p50_us)")"
   printf 'e2e latency, one job at a time (%s jobs): post→process started p50 %s ms, p99 %s ms (fork/exec→started of the same program: p50 %s ms, p99 %s ms); process exit→succeeded seen p50 %s ms, p99 %s ms\n' \
     "$(ekv $c latency n)" "$(ms "$(ekv $c latency post_to_started_p50_us)")" "$(ms "$(ekv $c latency post_to_started_p99_us)")" \
     "$(ms "$(ekv forkexec latency exec_to_started_p50_us)")" "$(ms "$(ekv forkexec latency exec_to_started_p99_us)")" \

@@ -314,7 +314,8 @@ func (b *bench) throughput(ctx context.Context, stdout io.Writer) error {
 	runs0, _ := schedulerMetric(ctx, ad, "scheduler_cycles")
 	partial0, _ := schedulerMetric(ctx, ad, "scheduler_partial_plans")
 	start := time.Now()
-	if _, err := benchutil.PostSpread(ctx, store, b.o.n, b.o.posters, data); err != nil {
+	entryIDs, err := benchutil.PostSpread(ctx, store, b.o.n, b.o.posters, data)
+	if err != nil {
 		return err
 	}
 	var end time.Time
@@ -346,6 +347,50 @@ func (b *bench) throughput(ctx context.Context, stdout io.Writer) error {
 		b.o.n, b.o.posters, b.o.concurrency, b.cpuPerJob(), took.Seconds(), perS, forkPerS, perS/forkPerS,
 		perJob(cpu1.adapter-cpu0.adapter), perJob(cpu1.children-cpu0.children), perJob(cpu1.redis-cpu0.redis), perJob(c1-c0),
 		(runs1-runs0)/float64(b.o.n), (partial1-partial0)/float64(b.o.n))
+	return b.slotSplit(ctx, stdout, store, entryIDs, took)
+}
+
+// slotSplit prints where the node's job slots went during the throughput
+// part, from the job records: busy_share is the share of the slots' time
+// (concurrency × the run) in which a job was recorded running (from the
+// agent's queued → running to its recorded end: starting the process,
+// the process, and recording its end); refill_p50_us is the wait from a
+// job's end being recorded to the start of the job that takes its place
+// (the concurrency-th start after it: the report, the scheduler's cycle,
+// the assignment, the agent's read of it and its compare-and-set).
+func (b *bench) slotSplit(ctx context.Context, stdout io.Writer, store *blackboard.Store, entryIDs []string, took time.Duration) error {
+	cmds := make([]*redis.SliceCmd, len(entryIDs))
+	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range entryIDs {
+			cmds[i] = p.HMGet(ctx, store.Keys().Job(wire.JobID(id)), "started_at", "finished_at")
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("job records: %w", err)
+	}
+	starts, ends := make([]int64, len(cmds)), make([]int64, len(cmds))
+	running := make([]time.Duration, len(cmds))
+	var busy time.Duration
+	for i, c := range cmds {
+		v := c.Val()
+		starts[i], ends[i] = benchutil.EpochNS(v[0]), benchutil.EpochNS(v[1])
+		if starts[i] == 0 || ends[i] == 0 {
+			return fmt.Errorf("job record %s lacks started_at or finished_at: %v", wire.JobID(entryIDs[i]), v)
+		}
+		running[i] = time.Duration(ends[i] - starts[i])
+		busy += running[i]
+	}
+	slices.Sort(starts)
+	slices.Sort(ends)
+	slices.Sort(running)
+	var refill []time.Duration
+	for i := 0; i+b.o.concurrency < len(starts); i++ {
+		refill = append(refill, time.Duration(starts[i+b.o.concurrency]-ends[i]))
+	}
+	slices.Sort(refill)
+	fmt.Fprintf(stdout, "side=computeboard part=throughput_slots concurrency=%d busy_share=%.2f running_p50_us=%d refill_p50_us=%d\n",
+		b.o.concurrency, busy.Seconds()/(float64(b.o.concurrency)*took.Seconds()), quantile(running, 0.5).Microseconds(), quantile(refill, 0.5).Microseconds())
 	return nil
 }
 

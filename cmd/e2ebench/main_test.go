@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -46,6 +47,7 @@ func TestRun(t *testing.T) {
 	for _, want := range []string{
 		"side=forkexec part=throughput n=20 concurrency=4 ",
 		"side=computeboard part=throughput n=20 posters=2 concurrency=4 ",
+		"side=computeboard part=throughput_slots concurrency=4 busy_share=",
 		"side=forkexec part=latency n=5 ",
 		"side=computeboard part=latency n=5 ",
 		"side=computeboard part=idle pending=0 ",
@@ -54,6 +56,14 @@ func TestRun(t *testing.T) {
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output %q lacks %q", out.String(), want)
+		}
+	}
+	// The node runs at most concurrency jobs at once, so they cannot
+	// have been running for more than all of its slots' time.
+	if _, rest, ok := strings.Cut(out.String(), "part=throughput_slots concurrency=4 busy_share="); ok {
+		share, err := strconv.ParseFloat(strings.Fields(rest)[0], 64)
+		if err != nil || share <= 0 || share > 1 {
+			t.Errorf("busy_share %q; want a share in (0, 1]", strings.Fields(rest)[0])
 		}
 	}
 }
