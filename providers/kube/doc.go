@@ -9,7 +9,9 @@
 // limits for CPU and memory, nvidia.com/gpu for whole GPUs and
 // nvidia.com/mig-<profile> for MIG devices, a PriorityClass from
 // Config.PriorityClasses, activeDeadlineSeconds from Task.Timeout, and the
-// payload as a file projected from a Pod annotation (downward API).
+// payload as a file projected from a Pod annotation (downward API); a
+// task without a payload gets /dev/null as that file, and no annotation
+// or volume.
 // Every word of argv and every environment value has its "$" doubled, so
 // Kubernetes' $(VAR) expansion never rewrites what a template said.
 // Templates only: a task whose argv came from the allowlist (Task.Template

@@ -28,11 +28,12 @@ const (
 	LabelPrefix       = "computeboard.io/"         // + a task label's key (job, attempt, account, ...)
 	AnnotTask         = "computeboard.io/task"     // the task ID
 	AnnotLabels       = "computeboard.io/labels"   // the task's labels, JSON: exact, for Lister
-	AnnotPayload      = "computeboard.io/payload"  // Pod only: the payload, projected into PayloadPath
+	AnnotPayload      = "computeboard.io/payload"  // Pod only, when there is a payload: projected into PayloadPath
 	AnnotStopped      = "computeboard.io/stopped"  // set by Stop before it deletes the Job (RFC 3339)
 	ContainerName     = "task"
 	PayloadDir        = "/var/run/computeboard"
 	PayloadPath       = PayloadDir + "/payload"
+	NoPayloadPath     = "/dev/null" // $COMPUTEBOARD_PAYLOAD of a task without a payload: an empty file
 	ResourceGPU       = "nvidia.com/gpu"
 	ResourceMIGPrefix = "nvidia.com/mig-" // + a MIG profile ("1g.10gb")
 )
@@ -98,7 +99,14 @@ func (p *Provider) job(t providers.Task) (*batchv1.Job, error) {
 		env = map[string]string{}
 	}
 	maps.Copy(env, t.Env)
+	// A task without a payload gets an empty file all the same, /dev/null,
+	// and its Pod neither the annotation nor the volume: each makes every
+	// write and watch event of the Pod larger, and the control plane slower
+	// (see README, the Kubernetes figures).
 	env[providers.PayloadEnv] = PayloadPath
+	if len(t.Payload) == 0 {
+		env[providers.PayloadEnv] = NoPayloadPath
+	}
 	var envVars []corev1.EnvVar
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		envVars = append(envVars, corev1.EnvVar{Name: k, Value: escape(env[k])})
@@ -117,7 +125,9 @@ func (p *Provider) job(t providers.Task) (*batchv1.Job, error) {
 	}
 	labels := p.jobLabels(t)
 	podAnnots := maps.Clone(annots)
-	podAnnots[AnnotPayload] = string(t.Payload)
+	if len(t.Payload) > 0 {
+		podAnnots[AnnotPayload] = string(t.Payload)
+	}
 	spec := corev1.PodSpec{
 		RestartPolicy:      corev1.RestartPolicyNever,
 		ServiceAccountName: p.serviceAccount,
@@ -132,12 +142,14 @@ func (p *Provider) job(t providers.Task) (*batchv1.Job, error) {
 			Env:             envVars,
 			Resources:       res,
 			SecurityContext: sc,
-			VolumeMounts:    []corev1.VolumeMount{{Name: "computeboard", MountPath: PayloadDir, ReadOnly: true}},
 		}},
-		Volumes: []corev1.Volume{{Name: "computeboard", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+	}
+	if len(t.Payload) > 0 {
+		spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "computeboard", MountPath: PayloadDir, ReadOnly: true}}
+		spec.Volumes = []corev1.Volume{{Name: "computeboard", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
 			Items: []corev1.DownwardAPIVolumeFile{{Path: "payload", FieldRef: &corev1.ObjectFieldSelector{
 				FieldPath: "metadata.annotations['" + AnnotPayload + "']"}}},
-		}}}},
+		}}}}
 	}
 	if node := t.Placement.Node; node != "" {
 		// Required affinity, not nodeName: the kube-scheduler still checks

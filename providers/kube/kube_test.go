@@ -48,6 +48,35 @@ func podOf(t *testing.T, p *Provider, id string) *corev1.Pod {
 	return pod
 }
 
+// TestNoPayloadNoVolume: a task without a payload gets /dev/null as its
+// payload file (empty, as the payload), and its Pod carries neither the
+// payload annotation nor the volume, which only make the Pod heavier for
+// the control plane.
+func TestNoPayloadNoVolume(t *testing.T) {
+	t.Parallel()
+	p := newTestProvider(t, Config{})
+	tk := task(t, kubetest.ProgSleep)
+	h := providertest.Start(t, p, tk)
+	providertest.WaitFor(t, p, h, "running", func(st providers.Status) bool { return st.State == providers.StateRunning })
+	pod := podOf(t, p, tk.ID)
+	if v, ok := pod.Annotations[AnnotPayload]; ok {
+		t.Errorf("payload annotation %q on a task without a payload", v)
+	}
+	if slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "computeboard" }) ||
+		slices.ContainsFunc(pod.Spec.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "computeboard" }) {
+		t.Errorf("volumes %v, mounts %v; want no payload volume", pod.Spec.Volumes, pod.Spec.Containers[0].VolumeMounts)
+	}
+	var got string
+	for _, e := range pod.Spec.Containers[0].Env {
+		if e.Name == providers.PayloadEnv {
+			got = e.Value
+		}
+	}
+	if got != NoPayloadPath {
+		t.Errorf("%s=%q, want %q", providers.PayloadEnv, got, NoPayloadPath)
+	}
+}
+
 // TestJobSpec starts a task with everything a Job can carry and reads its
 // Job and Pod back from the API: pinned to the placement's node (and
 // bound there by the scheduler), requests and limits, GPUs, the priority
