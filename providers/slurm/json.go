@@ -1,6 +1,7 @@
 package slurm
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -56,7 +57,7 @@ func decodeJobs(data []byte) ([]Job, error) {
 		return nil, fmt.Errorf("decode squeue --json: %w", err)
 	}
 	if len(v.Errors) > 0 {
-		return nil, fmt.Errorf("squeue --json reported errors: %s", v.Errors[0])
+		return nil, reportedErr("squeue", v.Errors)
 	}
 	jobs := make([]Job, 0, len(v.Jobs))
 	for _, r := range v.Jobs {
@@ -166,9 +167,30 @@ func decodeNodes(data []byte) ([]NodeInfo, error) {
 		return nil, fmt.Errorf("decode sinfo --json: %w", err)
 	}
 	if len(v.Errors) > 0 {
-		return nil, fmt.Errorf("sinfo --json reported errors: %s", v.Errors[0])
+		return nil, reportedErr("sinfo", v.Errors)
 	}
 	return v.Nodes, nil
+}
+
+// reportedErr is the error of a client whose JSON lists errors: the
+// first, compacted. Slurm 22.05's clients say only "Unspecified error"
+// (errno -1) when slurmctld does not answer at all (after trying for
+// about MessageTimeout), which the message then says.
+func reportedErr(client string, errs []json.RawMessage) error {
+	var e struct {
+		Error string `json:"error"`
+		Errno int    `json:"errno"`
+	}
+	hint := ""
+	if json.Unmarshal(errs[0], &e) == nil && e.Error == "Unspecified error" && e.Errno == -1 {
+		hint = " (what it reports when slurmctld does not answer: is slurmctld running and reachable?)"
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, errs[0]) != nil {
+		b.Reset()
+		b.Write(errs[0])
+	}
+	return fmt.Errorf("%s --json reported errors: %s%s", client, b.String(), hint)
 }
 
 // gres is one entry of a node's GRES list.

@@ -169,3 +169,26 @@ func TestSubmissionArgs(t *testing.T) {
 		t.Errorf("Submit accepted %q as a job ID", "sbatch: warning")
 	}
 }
+
+// TestReportedErrors: a client's listed error is the error, compacted;
+// the one Slurm 22.05 gives when slurmctld does not answer (sinfo's
+// exact output with slurmctld killed) says so.
+func TestReportedErrors(t *testing.T) {
+	down := []byte(`{"meta": {}, "errors": [
+    {
+      "error": "Unspecified error",
+      "errno": -1
+    }
+  ],
+  "nodes": [
+  ]
+}`)
+	_, err := decodeNodes(down)
+	if err == nil || !strings.Contains(err.Error(), `{"error":"Unspecified error","errno":-1}`) || !strings.Contains(err.Error(), "slurmctld does not answer") {
+		t.Errorf("sinfo with slurmctld down: %v", err)
+	}
+	_, err = decodeJobs([]byte(`{"errors": [{"error": "Invalid user", "errno": 2010}], "jobs": []}`))
+	if err == nil || !strings.Contains(err.Error(), `squeue --json reported errors: {"error":"Invalid user","errno":2010}`) || strings.Contains(err.Error(), "slurmctld") {
+		t.Errorf("squeue with another error: %v", err)
+	}
+}
