@@ -297,6 +297,10 @@ func killTask(taskDir string) {
 	if supervisorAlive(rec) {
 		_ = syscall.Kill(rec.SupervisorPID, syscall.SIGKILL)
 	}
+	// The supervisor, killed too, leaves the task's cgroup behind (a
+	// restarted provider's Prune would remove it; the test has none).
+	_ = supervise.Drain(context.Background(), supervise.TaskProcs{PGID: rec.PGID, Cgroup: rec.Cgroups}, 0)
+	_ = rec.Cgroups.Remove()
 }
 
 func waitExitRecord(t *testing.T, taskDir string) {
