@@ -74,15 +74,10 @@ func TestNotifiedEnd(t *testing.T) {
 	e.waitReports(j.JobID+" started running", j.JobID+" ended succeeded")
 	// The end is reported before the task is untracked (Running counts
 	// the tracked tasks), so the count may lag the report by an instant.
-	var s Stats
-	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(2 * time.Millisecond) {
-		if s = a.Stats(); s.Succeeded == 1 && s.Running == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
-	if s.Succeeded != 1 || s.Running != 0 {
-		t.Errorf("stats %+v", s)
-	}
+	e.waitWithin(2*time.Second, "the agent's stats to show one success and no task running", func() bool {
+		s := a.Stats()
+		return s.Succeeded == 1 && s.Running == 0
+	})
 }
 
 // TestNotifiedEndLocal: the same with real processes (the local provider,

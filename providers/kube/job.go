@@ -125,9 +125,6 @@ func (p *Provider) job(t providers.Task) (*batchv1.Job, error) {
 	}
 	labels := p.jobLabels(t)
 	podAnnots := maps.Clone(annots)
-	if len(t.Payload) > 0 {
-		podAnnots[AnnotPayload] = string(t.Payload)
-	}
 	spec := corev1.PodSpec{
 		RestartPolicy:      corev1.RestartPolicyNever,
 		ServiceAccountName: p.serviceAccount,
@@ -145,6 +142,7 @@ func (p *Provider) job(t providers.Task) (*batchv1.Job, error) {
 		}},
 	}
 	if len(t.Payload) > 0 {
+		podAnnots[AnnotPayload] = string(t.Payload)
 		spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "computeboard", MountPath: PayloadDir, ReadOnly: true}}
 		spec.Volumes = []corev1.Volume{{Name: "computeboard", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
 			Items: []corev1.DownwardAPIVolumeFile{{Path: "payload", FieldRef: &corev1.ObjectFieldSelector{

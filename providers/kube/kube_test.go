@@ -48,6 +48,14 @@ func podOf(t *testing.T, p *Provider, id string) *corev1.Pod {
 	return pod
 }
 
+// startRunning starts tk and waits until it runs.
+func startRunning(t *testing.T, p *Provider, tk providers.Task) providers.Handle {
+	t.Helper()
+	h := providertest.Start(t, p, tk)
+	providertest.WaitFor(t, p, h, "running", func(st providers.Status) bool { return st.State == providers.StateRunning })
+	return h
+}
+
 // TestNoPayloadNoVolume: a task without a payload gets /dev/null as its
 // payload file (empty, as the payload), and its Pod carries neither the
 // payload annotation nor the volume, which only make the Pod heavier for
@@ -56,8 +64,7 @@ func TestNoPayloadNoVolume(t *testing.T) {
 	t.Parallel()
 	p := newTestProvider(t, Config{})
 	tk := task(t, kubetest.ProgSleep)
-	h := providertest.Start(t, p, tk)
-	providertest.WaitFor(t, p, h, "running", func(st providers.Status) bool { return st.State == providers.StateRunning })
+	startRunning(t, p, tk)
 	pod := podOf(t, p, tk.ID)
 	if v, ok := pod.Annotations[AnnotPayload]; ok {
 		t.Errorf("payload annotation %q on a task without a payload", v)
@@ -104,8 +111,7 @@ func TestJobSpec(t *testing.T) {
 	tk.Timeout = 90 * time.Minute
 	tk.Payload = []byte(`{"x": "ünïcode"}`)
 	tk.Labels = map[string]string{"job": "j-1", "attempt": "2", "request": "bb:entry:with:colons"}
-	h := providertest.Start(t, p, tk)
-	providertest.WaitFor(t, p, h, "running", func(st providers.Status) bool { return st.State == providers.StateRunning })
+	startRunning(t, p, tk)
 
 	j, err := cs.BatchV1().Jobs(p.namespace).Get(t.Context(), JobName(tk.ID), metav1.GetOptions{})
 	if err != nil {
@@ -184,8 +190,7 @@ func TestMIG(t *testing.T) {
 	p := newTestProvider(t, Config{})
 	tk := task(t, kubetest.ProgSleep)
 	tk.Placement = providers.Placement{Node: "kwok-mig-0", MIG: []string{MIGID("kwok-mig-0", kubetest.MIGProfile, 0), MIGID("kwok-mig-0", kubetest.MIGProfile, 3)}}
-	h := providertest.Start(t, p, tk)
-	providertest.WaitFor(t, p, h, "running", func(st providers.Status) bool { return st.State == providers.StateRunning })
+	startRunning(t, p, tk)
 	pod := podOf(t, p, tk.ID)
 	q := pod.Spec.Containers[0].Resources.Limits[ResourceMIGPrefix+kubetest.MIGProfile]
 	if pod.Spec.NodeName != "kwok-mig-0" || q.Value() != 2 {
@@ -259,8 +264,7 @@ func TestEvicted(t *testing.T) {
 	p := newTestProvider(t, Config{})
 	tk := task(t, kubetest.ProgSleep)
 	tk.Placement.Node = "kwok-cpu-1"
-	h := providertest.Start(t, p, tk)
-	providertest.WaitFor(t, p, h, "running", func(st providers.Status) bool { return st.State == providers.StateRunning })
+	h := startRunning(t, p, tk)
 	pod := podOf(t, p, tk.ID)
 	if err := p.cs.CoreV1().Pods(p.namespace).EvictV1(t.Context(), &policyv1.Eviction{
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}}); err != nil {
@@ -278,8 +282,7 @@ func TestStopDeletesJobAndPods(t *testing.T) {
 	t.Parallel()
 	p := newTestProvider(t, Config{})
 	tk := task(t, kubetest.ProgSleep)
-	h := providertest.Start(t, p, tk)
-	providertest.WaitFor(t, p, h, "running", func(st providers.Status) bool { return st.State == providers.StateRunning })
+	h := startRunning(t, p, tk)
 	if err := p.Stop(t.Context(), h); err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func (p *Provider) Prune(ctx context.Context, olderThan time.Time) (removed int,
 		if !p.expired(dir, olderThan) {
 			if p.ended(dir) {
 				// A cgroup its supervisor could not remove goes now.
-				if err := p.clearCgroup(dir); err != nil {
+				if err := clearCgroup(dir); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -65,7 +65,7 @@ func (p *Provider) Prune(ctx context.Context, olderThan time.Time) (removed int,
 		}
 		// The directory holds the only record of the task's cgroup, so it
 		// stays until the cgroup is gone.
-		if err := p.clearCgroup(dir); err != nil {
+		if err := clearCgroup(dir); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -134,7 +134,7 @@ func (p *Provider) ended(dir string) bool {
 // clearCgroup removes the cgroup recorded in the state record of task
 // directory dir, killing whatever is left in it. The caller has made sure
 // the task has ended: anything still in its cgroup is left over.
-func (p *Provider) clearCgroup(dir string) error {
+func clearCgroup(dir string) error {
 	rec, err := supervise.ReadState(dir)
 	if err != nil || !rec.Cgroups.Exist() {
 		return nil

@@ -299,8 +299,7 @@ func killTask(taskDir string) {
 	}
 	// The supervisor, killed too, leaves the task's cgroup behind (a
 	// restarted provider's Prune would remove it; the test has none).
-	_ = supervise.Drain(context.Background(), supervise.TaskProcs{PGID: rec.PGID, Cgroup: rec.Cgroups}, 0)
-	_ = rec.Cgroups.Remove()
+	_ = clearCgroup(taskDir)
 }
 
 func waitExitRecord(t *testing.T, taskDir string) {
