@@ -170,10 +170,53 @@ func TestReadOnlyWorkDirDrainsTheNode(t *testing.T) {
 			t.Errorf("job %s ended %q %+v while its node is out; want it waiting", id, s, jd.Error)
 		}
 	}
-	if out, err := exec.Command("umount", work).CombinedOutput(); err != nil {
-		t.Fatalf("umount the read-only tmpfs: %v: %s", err, out)
-	}
+	unmountWhenFree(t, work)
 	mounted = false
 	sts := waitAllTerminal(t, rdb, st, ids, 2*time.Minute)
 	checkExactlyOnce(t, ids, sts, runCounts(t, countFile))
+}
+
+// unmountWhenFree unmounts the file system mounted at dir. The adapter
+// opens the work directory now and then (listing and pruning task
+// directories), and a child forked meanwhile holds that descriptor until
+// its exec, so a busy mount is retried for a while; one that stays busy
+// fails the test with the processes that hold it.
+func unmountWhenFree(t *testing.T, dir string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for tries := 1; ; tries++ {
+		out, err := exec.Command("umount", dir).CombinedOutput()
+		if err == nil {
+			if tries > 1 {
+				t.Logf("umount %s: busy, freed after %d tries", dir, tries)
+			}
+			return
+		}
+		if !strings.Contains(string(out), "busy") || time.Now().After(deadline) {
+			t.Fatalf("umount %s: %v: %s; held by: %s", dir, err, out, holders(dir))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// holders lists the processes whose working directory or open files are
+// at or under dir, from /proc.
+func holders(dir string) string {
+	var held []string
+	under := func(p string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, proc := range procs {
+		links, _ := filepath.Glob(proc + "/fd/*")
+		links = append(links, proc+"/cwd")
+		for _, l := range links {
+			if target, err := os.Readlink(l); err == nil && under(target) {
+				comm, _ := os.ReadFile(proc + "/comm")
+				held = append(held, fmt.Sprintf("%s (%s) %s", strings.TrimSpace(string(comm)), l, target))
+			}
+		}
+	}
+	if len(held) == 0 {
+		return "no process found"
+	}
+	return strings.Join(held, "; ")
 }
