@@ -31,13 +31,13 @@ type progress struct {
 func newProgress() *progress { return &progress{checkpoints: map[string]time.Time{}} }
 
 // noteCheckpointsLocked records the verified checkpoints of the active
-// records js (s.mu held).
-func (s *Scheduler) noteCheckpointsLocked(js []jobs.Job) {
+// records, as their states sts say (s.mu held).
+func (s *Scheduler) noteCheckpointsLocked(sts []jobs.State) {
 	p := s.progress
 	clear(p.checkpoints)
-	for _, j := range js {
-		if j.Checkpoint != nil && j.Checkpoint.At > 0 {
-			p.checkpoints[j.JobID] = epochTime(j.Checkpoint.At)
+	for _, st := range sts {
+		if st.CheckpointAt > 0 {
+			p.checkpoints[st.JobID] = epochTime(st.CheckpointAt)
 		}
 	}
 }

@@ -77,6 +77,7 @@ type fakeStore struct {
 	saves      int               // SaveEngineState calls
 	savesFence int               // SaveEngineState calls made while fenced
 	listErr    error
+	wholeReads int // records asked of GetMany
 }
 
 func newFakeStore(t testing.TB, clk clock.Clock) *fakeStore {
@@ -198,12 +199,38 @@ func (s *fakeStore) transition(by, id string, from, to wire.JobStatus, u jobs.Up
 	return j, nil
 }
 
-func (s *fakeStore) ListActive(context.Context) ([]jobs.Job, error) {
+func (s *fakeStore) ActiveStates(context.Context) ([]jobs.State, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.listErr != nil {
 		return nil, s.listErr
 	}
+	active := s.activeLocked()
+	out := make([]jobs.State, len(active))
+	for i, j := range active {
+		out[i] = jobs.State{JobID: j.JobID, Status: j.Status, Node: j.Node, SuspendedAt: j.SuspendedAt}
+		if j.Checkpoint != nil {
+			out[i].CheckpointAt = j.Checkpoint.At
+		}
+	}
+	return out, nil
+}
+
+func (s *fakeStore) GetMany(_ context.Context, ids []string) ([]jobs.Job, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wholeReads += len(ids)
+	var out []jobs.Job
+	for _, id := range ids {
+		if j, ok := s.recs[id]; ok {
+			out = append(out, j)
+		}
+	}
+	return out, nil
+}
+
+// activeLocked is the records not terminal, oldest acceptance first.
+func (s *fakeStore) activeLocked() []jobs.Job {
 	var out []jobs.Job
 	for _, j := range s.recs {
 		if !j.Status.Terminal() {
@@ -213,7 +240,7 @@ func (s *fakeStore) ListActive(context.Context) ([]jobs.Job, error) {
 	slices.SortFunc(out, func(a, b jobs.Job) int {
 		return cmp.Or(cmp.Compare(a.AcceptedAt, b.AcceptedAt), cmp.Compare(a.JobID, b.JobID))
 	})
-	return out, nil
+	return out
 }
 
 func (s *fakeStore) SaveEngineState(_ context.Context, name string, b []byte) error {

@@ -71,28 +71,26 @@ func (s *Scheduler) Recover(ctx context.Context) error {
 // rescan re-reads the active jobs and adopts what reports missed.
 func (s *Scheduler) rescan(ctx context.Context) error { return s.adopt(ctx) }
 
-// adopt settles the scheduler's view on the active job records.
+// adopt settles the scheduler's view on the active job records. It reads
+// the state of each (jobs.Store.ActiveStates) and whole records only for
+// the jobs its view lacks or has in another phase: a rescan of a deep
+// queue that reports kept in step reads no request.
 func (s *Scheduler) adopt(ctx context.Context) error {
-	active, err := s.jobs.ListActive(ctx)
+	states, err := s.jobs.ActiveStates(ctx)
 	if err != nil {
 		return err
 	}
-	activeIDs := make(map[string]bool, len(active))
-	var fresh, started []jobs.Job
+	activeIDs := make(map[string]bool, len(states))
+	var look []string
 	s.mu.Lock()
-	s.noteCheckpointsLocked(active)
-	for _, j := range active {
-		activeIDs[j.JobID] = true
-		t, known := s.jobs_[j.JobID]
-		switch {
-		case !known:
-			fresh = append(fresh, j)
-		case t.phase == PhaseRunning && j.Status == wire.JobQueued:
-			fresh = append(fresh, j) // requeued while its report was missed
-		case t.phase != PhaseRunning && j.Status == wire.JobRunning:
-			started = append(started, j) // its report was missed
-		case j.Status == wire.JobRunning && j.Node == t.node():
-			s.syncSuspendLocked(t, j) // a suspend or resume whose report was missed
+	s.noteCheckpointsLocked(states)
+	for _, st := range states {
+		activeIDs[st.JobID] = true
+		t, known := s.jobs_[st.JobID]
+		if known && st.Status == wire.JobRunning && t.phase == PhaseRunning && st.Node == t.node() {
+			s.syncSuspendLocked(t, st.SuspendedAt) // a suspend or resume whose report was missed
+		} else if adoptCase(t, known, st.Status) != adoptNone {
+			look = append(look, st.JobID)
 		}
 	}
 	// Tracked jobs no longer active ended while their reports were missed.
@@ -106,6 +104,22 @@ func (s *Scheduler) adopt(ctx context.Context) error {
 	if err := s.reload(ctx, gone); err != nil {
 		return err
 	}
+	active, err := s.jobs.GetMany(ctx, look)
+	if err != nil {
+		return err
+	}
+	var fresh, started []jobs.Job
+	s.mu.Lock()
+	for _, j := range active { // as read again: it may have moved on meanwhile
+		t, known := s.jobs_[j.JobID]
+		switch adoptCase(t, known, j.Status) {
+		case adoptFresh:
+			fresh = append(fresh, j)
+		case adoptStarted:
+			started = append(started, j)
+		}
+	}
+	s.mu.Unlock()
 	if err := s.holdStarted(ctx, started); err != nil {
 		return err
 	}
@@ -196,6 +210,31 @@ func (s *Scheduler) adopt(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// adoptOutcome is what adopt makes of an active record.
+type adoptOutcome int
+
+const (
+	adoptNone    adoptOutcome = iota
+	adoptFresh                // tracked anew: unknown, or requeued while its report was missed
+	adoptStarted              // started while its report was missed
+)
+
+// adoptCase is what adopt makes of an active record in status st, whose
+// job this view tracks as t (known) or not (s.mu held).
+func adoptCase(t *tracked, known bool, st wire.JobStatus) adoptOutcome {
+	switch {
+	case st.Terminal():
+		return adoptNone // ended since the states were read: its report settles it
+	case !known:
+		return adoptFresh
+	case t.phase == PhaseRunning && st == wire.JobQueued:
+		return adoptFresh
+	case t.phase != PhaseRunning && st == wire.JobRunning:
+		return adoptStarted
+	}
+	return adoptNone
 }
 
 // hold records t as holding resources on node (assigned or running).

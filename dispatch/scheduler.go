@@ -603,7 +603,7 @@ func (s *Scheduler) reload(ctx context.Context, ids []string) error {
 			// holds that node's resources from now on.
 			needPlacement = append(needPlacement, rec)
 		case ok && rec.Status == wire.JobRunning:
-			s.syncSuspendLocked(t, rec)
+			s.syncSuspendLocked(t, rec.SuspendedAt)
 		case ok && rec.Status == wire.JobQueued && t.phase == PhaseAssigned && rec.Node != t.node():
 			s.setPhaseLocked(t, PhasePending)
 		case ok && rec.Status == wire.JobQueued && t.phase == PhaseAssigned:
@@ -656,7 +656,7 @@ func (s *Scheduler) holdStarted(ctx context.Context, recs []jobs.Job) error {
 		t.placement = &pl
 		s.mu.Lock()
 		t.suspended, t.resuming = false, false
-		s.syncSuspendLocked(t, rec)
+		s.syncSuspendLocked(t, rec.SuspendedAt)
 		s.mu.Unlock()
 	}
 	return nil

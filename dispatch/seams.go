@@ -25,7 +25,8 @@ type Intake interface {
 type JobStore interface {
 	Get(ctx context.Context, jobID string) (jobs.Job, error)
 	Transition(ctx context.Context, jobID string, from, to wire.JobStatus, u jobs.Update) (jobs.Job, error)
-	ListActive(ctx context.Context) ([]jobs.Job, error)
+	ActiveStates(ctx context.Context) ([]jobs.State, error)
+	GetMany(ctx context.Context, ids []string) ([]jobs.Job, error)
 	SaveEngineState(ctx context.Context, name string, b []byte) error
 	LoadEngineState(ctx context.Context, name string) ([]byte, error)
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/computeboard/computeboard/engine"
-	"github.com/computeboard/computeboard/jobs"
 )
 
 // Suspend and resume: the scheduler's side of evictions in suspend mode
@@ -150,16 +149,17 @@ func (s *Scheduler) setSuspendedLocked(t *tracked, v bool) {
 }
 
 // syncSuspendLocked settles t, a job the scheduler sees running where its
-// record rec runs, on whether rec says it is suspended (s.mu held).
-func (s *Scheduler) syncSuspendLocked(t *tracked, rec jobs.Job) {
+// record runs, on whether the record says it is suspended: suspendedAt
+// is its suspended_at (s.mu held).
+func (s *Scheduler) syncSuspendLocked(t *tracked, suspendedAt *float64) {
 	switch {
-	case rec.SuspendedAt != nil && !t.suspended && !t.resuming:
+	case suspendedAt != nil && !t.suspended && !t.resuming:
 		s.pinLocked(t)
 		s.log.Info("job suspended", "job", t.id(), "node", t.node())
-	case rec.SuspendedAt == nil && t.resuming:
+	case suspendedAt == nil && t.resuming:
 		t.resuming = false // the agent resumed it
 		s.log.Info("job resumed", "job", t.id(), "node", t.node())
-	case rec.SuspendedAt == nil && t.suspended:
+	case suspendedAt == nil && t.suspended:
 		s.unpinLocked(t) // running again without a resume of ours (an agent's fallback)
 	}
 }

@@ -2,9 +2,11 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -188,6 +190,82 @@ func (s *Store) ActivePage(ctx context.Context, st wire.JobStatus, limit int) ([
 	js, err := s.getMany(ctx, page)
 	return js, total, err
 }
+
+// State is what a periodic check of the active jobs against a
+// scheduler's view needs of each record (ActiveStates).
+type State struct {
+	JobID        string
+	Status       wire.JobStatus
+	Node         string
+	SuspendedAt  *float64 // while paused in place (Job.SuspendedAt)
+	CheckpointAt float64  // the verified checkpoint's time (Job.Checkpoint.At); 0: none
+}
+
+// statePage is how many records ActiveStates reads per round trip.
+const statePage = 1000
+
+// ActiveStates returns the State of every job not yet in a terminal
+// status, oldest acceptance first, reading four fields of each record, a
+// page of records per round trip. A deep queue's periodic check read and
+// decoded every whole record before (its request, explanation and all):
+// 36 MB of garbage per pass over 10,000 pending jobs, and the adapter's
+// memory swung with it.
+func (s *Store) ActiveStates(ctx context.Context) ([]State, error) {
+	ids, err := s.rdb.ZRange(ctx, s.keys.JobsActive(), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("jobs: active states: %w", err)
+	}
+	out := make([]State, 0, len(ids))
+	cmds := make([]*redis.SliceCmd, 0, min(len(ids), statePage))
+	for page := range slices.Chunk(ids, statePage) {
+		cmds = cmds[:0]
+		if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, id := range page {
+				cmds = append(cmds, p.HMGet(ctx, s.keys.Job(id), "status", "node", "suspended_at", "checkpoint"))
+			}
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("jobs: active states: %w", err)
+		}
+		for i, c := range cmds {
+			st, ok := decodeState(page[i], c.Val())
+			if ok {
+				out = append(out, st)
+			}
+		}
+	}
+	return out, nil
+}
+
+// decodeState reads the HMGET of ActiveStates; false for a record gone
+// (removed by hand) or without a valid status.
+func decodeState(id string, v []any) (State, bool) {
+	str := func(i int) string {
+		if i < len(v) {
+			s, _ := v[i].(string)
+			return s
+		}
+		return ""
+	}
+	st := State{JobID: id, Status: wire.JobStatus(str(0)), Node: str(1)}
+	if !st.Status.Valid() {
+		return State{}, false
+	}
+	if f, err := strconv.ParseFloat(str(2), 64); err == nil {
+		st.SuspendedAt = &f
+	}
+	if c := str(3); c != "" && c != "null" {
+		var cp Checkpoint
+		if json.Unmarshal([]byte(c), &cp) == nil {
+			st.CheckpointAt = cp.At
+		}
+	}
+	return st, true
+}
+
+// GetMany reads the records of ids in one round trip, in order, leaving
+// out those gone.
+func (s *Store) GetMany(ctx context.Context, ids []string) ([]Job, error) { return s.getMany(ctx, ids) }
 
 // getMany reads the records of ids in one round trip, in order, leaving
 // out those gone.

@@ -338,3 +338,83 @@ func TestTransitionSuspended(t *testing.T) {
 		t.Errorf("requeued record: suspended_at %v (%v), want nil", got.SuspendedAt, err)
 	}
 }
+
+// TestActiveStates: the states of the active jobs are their records'
+// status, node, suspended_at and checkpoint time, oldest acceptance first,
+// as ListActive's whole records say, over more than one page of records;
+// a record removed by hand is left out, an ended job is not active.
+func TestActiveStates(t *testing.T) {
+	bd := newBoard(t)
+	s := bd.jobs
+	ctx := t.Context()
+	n := statePage + 5
+	ids := make([]string, n)
+	for i := range ids {
+		bd.clk.Advance(time.Millisecond) // a distinct acceptance each
+		j, _ := bd.accept(t, s, bd.post(t, "planner", okData))
+		ids[i] = j.JobID
+	}
+	if _, err := s.Transition(ctx, ids[0], wire.JobQueued, wire.JobRunning, Update{Node: "n1", Suspend: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Transition(ctx, ids[1], wire.JobQueued, wire.JobRunning, Update{Node: "n2",
+		Checkpoint: &Checkpoint{Seq: 3, Path: "/ck/3", At: 1700000000.25}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Transition(ctx, ids[2], wire.JobQueued, wire.JobCancelled, Update{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := bd.rdb.Del(ctx, bd.keys.Job(ids[3])).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ActiveStates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := s.ListActive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []State
+	for _, j := range whole {
+		st := State{JobID: j.JobID, Status: j.Status, Node: j.Node, SuspendedAt: j.SuspendedAt}
+		if j.Checkpoint != nil {
+			st.CheckpointAt = j.Checkpoint.At
+		}
+		want = append(want, st)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ActiveStates differs from the whole records (-want +got):\n%s", diff)
+	}
+	if len(got) != n-2 || got[0].JobID != ids[0] || got[0].SuspendedAt == nil || got[0].Node != "n1" ||
+		got[1].CheckpointAt != 1700000000.25 || got[1].SuspendedAt != nil || got[2].JobID != ids[4] {
+		t.Errorf("%d states, want %d; first three %+v", len(got), n-2, got[:3])
+	}
+}
+
+// BenchmarkRescanRead: what the scheduler's periodic rescan reads of 2,000
+// active records, per pass: their states (ActiveStates, what it reads
+// now) against the whole records (ListActive, what it read before).
+func BenchmarkRescanRead(b *testing.B) {
+	bd := newBoard(b)
+	s := bd.jobs
+	for range 2000 {
+		bd.accept(b, s, bd.post(b, "planner", `{"command":["echo","hi"],"resource_requirements":{"cpu_cores":1,"memory":0.5}}`))
+	}
+	b.Run("states", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if sts, err := s.ActiveStates(b.Context()); err != nil || len(sts) != 2000 {
+				b.Fatal(len(sts), err)
+			}
+		}
+	})
+	b.Run("whole", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if js, err := s.ListActive(b.Context()); err != nil || len(js) != 2000 {
+				b.Fatal(len(js), err)
+			}
+		}
+	})
+}
