@@ -240,8 +240,9 @@ e2e_summary() {
     "$(ms "$(ekv $c latency exit_to_recorded_p50_us)")" "$(ms "$(ekv $c latency recorded_to_observed_p50_us)")"
   local rb aq
   rb=$(ekv $c pending redis_bytes_per_job); aq=$(ekv asynq pending redis_bytes_per_task)
-  printf 'e2e %s unplaceable pending jobs, per job: Redis %s B = %s asynq'"'"'s %s B per pending task (same Redis); adapter RSS %s B, Go heap %s B (goal ≤ 2048 B each)\n' \
-    "$(ekv $c pending pending)" "$rb" "$(times "$rb" "$aq")" "$aq" "$(ekv $c pending rss_bytes_per_job)" "$(ekv $c pending heap_bytes_per_job)"
+  printf 'e2e %s unplaceable pending jobs, per job: Redis %s B = %s asynq'"'"'s %s B per pending task (same Redis); adapter RSS %s B (%s–%s B over the CPU sample), Go heap %s B (goal ≤ 2048 B each)\n' \
+    "$(ekv $c pending pending)" "$rb" "$(times "$rb" "$aq")" "$aq" "$(ekv $c pending rss_bytes_per_job)" \
+    "$(ekv $c pending rss_min_bytes_per_job)" "$(ekv $c pending rss_max_bytes_per_job)" "$(ekv $c pending heap_bytes_per_job)"
   printf 'e2e adapter CPU with %s unplaceable pending jobs: %s%% of a core over %s s   idle adapter (0 pending, same run): %s%% (goal < 5%%)\n' \
     "$(ekv $c pending pending)" "$(ekv $c pending cpu_pct)" "$(ekv $c pending secs)" "$(ekv $c idle cpu_pct)"
   printf 'e2e Redis bytes per pending job by key:%s\n' "$(grep -E '^side=computeboard part=pending-redis ' "$out/e2e.txt" | sed 's/.*bytes_per_job_by_key://')"

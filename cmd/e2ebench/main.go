@@ -683,7 +683,7 @@ func (b *bench) pending(ctx context.Context, stdout io.Writer) error {
 	if err := sleep(ctx, time.Second); err != nil {
 		return err
 	}
-	busy, err := cpuPercent(ctx, ad.Pid(), b.o.secs)
+	busy, rss, err := cpuAndRSS(ctx, ad.Pid(), b.o.secs)
 	if err != nil {
 		return err
 	}
@@ -695,8 +695,9 @@ func (b *bench) pending(ctx context.Context, stdout io.Writer) error {
 		return fmt.Errorf("after the sample: %d jobs active, want %d (%v)", n, want, err)
 	}
 	per := func(a, b int64) float64 { return float64(b-a) / float64(want-1) }
-	fmt.Fprintf(stdout, "side=computeboard part=pending pending=%d secs=%g cpu_pct=%.2f idle_cpu_pct=%.2f redis_bytes_per_job=%.0f rss_bytes_per_job=%.0f heap_bytes_per_job=%.0f\n",
-		b.o.pending, b.o.secs, busy, idle, per(mem0.redis, mem1.redis), per(mem0.rss, mem1.rss), per(mem0.heap, mem1.heap))
+	fmt.Fprintf(stdout, "side=computeboard part=pending pending=%d secs=%g cpu_pct=%.2f idle_cpu_pct=%.2f redis_bytes_per_job=%.0f rss_bytes_per_job=%.0f heap_bytes_per_job=%.0f rss_min_bytes_per_job=%.0f rss_max_bytes_per_job=%.0f\n",
+		b.o.pending, b.o.secs, busy, idle, per(mem0.redis, mem1.redis), per(mem0.rss, mem1.rss), per(mem0.heap, mem1.heap),
+		per(mem0.rss, min(rss.lo, mem1.rss)), per(mem0.rss, max(rss.hi, mem1.rss)))
 	kinds, err := keyKinds(ctx, b.rdb, store.Keys())
 	if err != nil {
 		return err
@@ -832,6 +833,38 @@ func cpuPercent(ctx context.Context, pid int, secs float64) (float64, error) {
 	}
 	used := ticks(t1[0] + t1[1] - t0[0] - t0[1])
 	return 100 * used.Seconds() / time.Since(start).Seconds(), nil
+}
+
+// rssRange is the least and the most resident set seen over a sample.
+type rssRange struct{ lo, hi int64 }
+
+// cpuAndRSS is cpuPercent, with the process's resident set read twice a
+// second meanwhile: with work in flight (garbage not yet collected, or
+// freed pages not yet returned) one reading is a point in a swing, so the
+// range is printed beside it.
+func cpuAndRSS(ctx context.Context, pid int, secs float64) (float64, rssRange, error) {
+	r := rssRange{lo: math.MaxInt64}
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() { // ends with done
+		defer close(sampled)
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if v, err := vmRSS(pid); err == nil {
+				r.lo, r.hi = min(r.lo, v), max(r.hi, v)
+			}
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	pct, err := cpuPercent(ctx, pid, secs)
+	close(done)
+	<-sampled
+	return pct, r, err
 }
 
 // keyKinds sums MEMORY USAGE of the board's keys by kind: the key's name

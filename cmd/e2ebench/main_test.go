@@ -58,6 +58,19 @@ func TestRun(t *testing.T) {
 			t.Errorf("output %q lacks %q", out.String(), want)
 		}
 	}
+	// The resident set's range over the sample holds the reading taken
+	// right after it.
+	if _, rest, ok := strings.Cut(out.String(), "side=computeboard part=pending pending=100 "); ok {
+		kv := map[string]float64{}
+		for _, f := range strings.Fields(strings.SplitN(rest, "\n", 2)[0]) {
+			if k, v, ok := strings.Cut(f, "="); ok {
+				kv[k], _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		if lo, at, hi := kv["rss_min_bytes_per_job"], kv["rss_bytes_per_job"], kv["rss_max_bytes_per_job"]; !(lo <= at && at <= hi) {
+			t.Errorf("RSS per job: min %v, at the end %v, max %v; want min ≤ end ≤ max", lo, at, hi)
+		}
+	}
 	// The node runs at most concurrency jobs at once, so they cannot
 	// have been running for more than all of its slots' time.
 	if _, rest, ok := strings.Cut(out.String(), "part=throughput_slots concurrency=4 busy_share="); ok {
