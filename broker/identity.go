@@ -90,9 +90,10 @@ func (b *Broker) cancelStep(ctx context.Context) error {
 }
 
 // cancelCheckRate bounds the cancel check's reads: a pass reads two keys
-// per active job, and with many active jobs the next pass waits until its
-// reads average at most this many keys a second (10,000 active jobs: a
-// pass every 10 s rather than every CancelCheckInterval). The check is the
+// per active job (inside Redis: jobs.WithdrawnRequests), and with many
+// active jobs the next pass waits until its reads average at most this
+// many keys a second (10,000 active jobs: a pass every 10 s rather than
+// every CancelCheckInterval). The check is the
 // safety net behind the retraction events, which cancel at once; with
 // 10,000 pending jobs it was a sixth of an idle adapter's CPU, and 10,000
 // Redis reads a second.
@@ -114,39 +115,20 @@ func pacedCancel(clk clock.Clock, scan func(context.Context) (int, error)) func(
 }
 
 // cancelScan is cancelStep's pass; it returns how many active jobs it
-// looked at.
+// looked at. The reads happen inside Redis (jobs.WithdrawnRequests).
 func (b *Broker) cancelScan(ctx context.Context) (int, error) {
-	active, err := b.jobs.ActiveRequests(ctx)
+	ids, n, err := b.jobs.WithdrawnRequests(ctx)
 	if err != nil {
-		return 0, err
-	}
-	if len(active) == 0 {
-		return 0, nil
-	}
-	sts := make([]*redis.StringCmd, len(active))
-	_, err = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range active {
-			if blackboard.ValidID(id) {
-				sts[i] = p.HGet(ctx, b.keys.Entry(id), "status")
-			}
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) && !isWrongType(err) {
-		return len(active), fmt.Errorf("cancel check: %w", err)
+		return n, fmt.Errorf("cancel check: %w", err)
 	}
 	var errs []error
-	for i, id := range active {
-		if sts[i] == nil {
-			continue
-		}
-		st := blackboard.Status(sts[i].Val())
-		if st != blackboard.StatusRetracted && st != blackboard.StatusSuperseded {
+	for _, id := range ids {
+		if !blackboard.ValidID(id) {
 			continue
 		}
 		if err := b.signalCancel(ctx, id); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	return len(active), errors.Join(errs...)
+	return n, errors.Join(errs...)
 }

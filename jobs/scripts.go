@@ -20,10 +20,13 @@ var (
 	luaTransition string
 	//go:embed lua/handle.lua
 	luaHandle string
+	//go:embed lua/withdrawn.lua
+	luaWithdrawn string
 )
 
 var (
 	scriptAccept     = redis.NewScript(luaLib + luaAccept)
 	scriptTransition = redis.NewScript(luaLib + luaTransition)
 	scriptHandle     = redis.NewScript(luaHandle)
+	scriptWithdrawn  = redis.NewScript(luaWithdrawn)
 )

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/computeboard/computeboard/blackboard"
 	"github.com/computeboard/computeboard/wire"
@@ -414,6 +415,104 @@ func BenchmarkRescanRead(b *testing.B) {
 		for b.Loop() {
 			if js, err := s.ListActive(b.Context()); err != nil || len(js) != 2000 {
 				b.Fatal(len(js), err)
+			}
+		}
+	})
+}
+
+// TestWithdrawnRequests: over more than one page of active jobs, the
+// request entries retracted or superseded (by a plain HSET of the status,
+// as a module may write it) are listed, and no other; an ended job's is
+// not; an entry key of the wrong type and a record without a request id
+// are passed over; every active job is counted.
+func TestWithdrawnRequests(t *testing.T) {
+	bd := newBoard(t)
+	s := bd.jobs
+	ctx := t.Context()
+	n := withdrawnPage + 7
+	reqs := make([]string, n)
+	for i := range reqs {
+		bd.clk.Advance(time.Millisecond)
+		spec := bd.post(t, "planner", okData)
+		bd.accept(t, s, spec)
+		reqs[i] = spec.EntryID
+	}
+	setStatus := func(i int, st blackboard.Status) {
+		if err := bd.rdb.HSet(ctx, bd.keys.Entry(reqs[i]), "status", string(st)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setStatus(0, blackboard.StatusRetracted)
+	setStatus(withdrawnPage, blackboard.StatusSuperseded) // the second page
+	setStatus(n-1, blackboard.StatusRetracted)
+	setStatus(3, blackboard.StatusRetracted)
+	if _, err := s.Transition(ctx, wire.JobID(reqs[3]), wire.JobQueued, wire.JobCancelled, Update{}); err != nil {
+		t.Fatal(err) // ended: no longer active
+	}
+	if err := bd.rdb.Del(ctx, bd.keys.Entry(reqs[5])).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := bd.rdb.Set(ctx, bd.keys.Entry(reqs[5]), "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := bd.rdb.HDel(ctx, bd.keys.Job(wire.JobID(reqs[6])), "request_entry_id").Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, scanned, err := s.WithdrawnRequests(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{reqs[0], reqs[withdrawnPage], reqs[n-1]}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) || scanned != n-1 {
+		t.Errorf("WithdrawnRequests = %v, %d scanned; want %v, %d", got, scanned, want, n-1)
+	}
+}
+
+// BenchmarkWithdrawnCheck: one pass of the broker's cancel check over
+// 2,000 active jobs: WithdrawnRequests (the reads inside Redis, a script
+// per 500 jobs) against the two pipelined HGETs per job the broker sent
+// before (ZRANGE, each record's request_entry_id, each entry's status).
+func BenchmarkWithdrawnCheck(b *testing.B) {
+	bd := newBoard(b)
+	s := bd.jobs
+	for range 2000 {
+		bd.accept(b, s, bd.post(b, "planner", okData))
+	}
+	b.Run("script", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, n, err := s.WithdrawnRequests(b.Context()); err != nil || n != 2000 {
+				b.Fatal(n, err)
+			}
+		}
+	})
+	b.Run("commands", func(b *testing.B) {
+		b.ReportAllocs()
+		ctx := b.Context()
+		for b.Loop() {
+			ids, err := bd.rdb.ZRange(ctx, bd.keys.JobsActive(), 0, -1).Result()
+			if err != nil || len(ids) != 2000 {
+				b.Fatal(len(ids), err)
+			}
+			reqs := make([]*redis.StringCmd, len(ids))
+			if _, err := bd.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, id := range ids {
+					reqs[i] = p.HGet(ctx, bd.keys.Job(id), "request_entry_id")
+				}
+				return nil
+			}); err != nil {
+				b.Fatal(err)
+			}
+			sts := make([]*redis.StringCmd, len(ids))
+			if _, err := bd.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, c := range reqs {
+					sts[i] = p.HGet(ctx, bd.keys.Entry(c.Val()), "status")
+				}
+				return nil
+			}); err != nil {
+				b.Fatal(err)
 			}
 		}
 	})
