@@ -94,6 +94,19 @@ func (bd *board) accept(t testing.TB, s *Store, spec AcceptSpec) (Job, bool) {
 	return j, r.Created
 }
 
+// acceptMany posts n requests of planner with data and accepts each, a
+// millisecond of the board's clock apart (a distinct acceptance each).
+func (bd *board) acceptMany(tb testing.TB, n int, data string) []AcceptSpec {
+	tb.Helper()
+	specs := make([]AcceptSpec, n)
+	for i := range specs {
+		bd.clk.Advance(time.Millisecond)
+		specs[i] = bd.post(tb, "planner", data)
+		bd.accept(tb, bd.jobs, specs[i])
+	}
+	return specs
+}
+
 // jobEntry reads the compute.job entry of request id.
 func (bd *board) jobEntry(t testing.TB, requestID string) (wire.JobData, bool) {
 	t.Helper()

@@ -349,11 +349,9 @@ func TestActiveStates(t *testing.T) {
 	s := bd.jobs
 	ctx := t.Context()
 	n := statePage + 5
-	ids := make([]string, n)
-	for i := range ids {
-		bd.clk.Advance(time.Millisecond) // a distinct acceptance each
-		j, _ := bd.accept(t, s, bd.post(t, "planner", okData))
-		ids[i] = j.JobID
+	var ids []string
+	for _, spec := range bd.acceptMany(t, n, okData) {
+		ids = append(ids, spec.JobID)
 	}
 	if _, err := s.Transition(ctx, ids[0], wire.JobQueued, wire.JobRunning, Update{Node: "n1", Suspend: true}); err != nil {
 		t.Fatal(err)
@@ -399,9 +397,7 @@ func TestActiveStates(t *testing.T) {
 func BenchmarkRescanRead(b *testing.B) {
 	bd := newBoard(b)
 	s := bd.jobs
-	for range 2000 {
-		bd.accept(b, s, bd.post(b, "planner", `{"command":["echo","hi"],"resource_requirements":{"cpu_cores":1,"memory":0.5}}`))
-	}
+	bd.acceptMany(b, 2000, `{"command":["echo","hi"],"resource_requirements":{"cpu_cores":1,"memory":0.5}}`)
 	b.Run("states", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -430,12 +426,9 @@ func TestWithdrawnRequests(t *testing.T) {
 	s := bd.jobs
 	ctx := t.Context()
 	n := withdrawnPage + 7
-	reqs := make([]string, n)
-	for i := range reqs {
-		bd.clk.Advance(time.Millisecond)
-		spec := bd.post(t, "planner", okData)
-		bd.accept(t, s, spec)
-		reqs[i] = spec.EntryID
+	var reqs []string
+	for _, spec := range bd.acceptMany(t, n, okData) {
+		reqs = append(reqs, spec.EntryID)
 	}
 	setStatus := func(i int, st blackboard.Status) {
 		if err := bd.rdb.HSet(ctx, bd.keys.Entry(reqs[i]), "status", string(st)).Err(); err != nil {
@@ -477,9 +470,7 @@ func TestWithdrawnRequests(t *testing.T) {
 func BenchmarkWithdrawnCheck(b *testing.B) {
 	bd := newBoard(b)
 	s := bd.jobs
-	for range 2000 {
-		bd.accept(b, s, bd.post(b, "planner", okData))
-	}
+	bd.acceptMany(b, 2000, okData)
 	b.Run("script", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
