@@ -87,10 +87,11 @@ func (s *Scheduler) adopt(ctx context.Context) error {
 	for _, st := range states {
 		activeIDs[st.JobID] = true
 		t, known := s.jobs_[st.JobID]
-		if known && st.Status == wire.JobRunning && t.phase == PhaseRunning && st.Node == t.node() {
-			s.syncSuspendLocked(t, st.SuspendedAt) // a suspend or resume whose report was missed
-		} else if adoptCase(t, known, st.Status) != adoptNone {
+		switch {
+		case adoptCase(t, known, st.Status) != adoptNone:
 			look = append(look, st.JobID)
+		case known && st.Status == wire.JobRunning && st.Node == t.node():
+			s.syncSuspendLocked(t, st.SuspendedAt) // a suspend or resume whose report was missed
 		}
 	}
 	// Tracked jobs no longer active ended while their reports were missed.

@@ -139,7 +139,7 @@ func (s *Store) ListActive(ctx context.Context) ([]Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jobs: list active: %w", err)
 	}
-	return s.getMany(ctx, ids)
+	return s.GetMany(ctx, ids)
 }
 
 // ActivePage returns the first limit active jobs (oldest acceptance
@@ -160,7 +160,7 @@ func (s *Store) ActivePage(ctx context.Context, st wire.JobStatus, limit int) ([
 				return nil, 0, fmt.Errorf("jobs: active page: %w", err)
 			}
 		}
-		js, err := s.getMany(ctx, ids)
+		js, err := s.GetMany(ctx, ids)
 		return js, int(n), err
 	}
 	ids, err := s.rdb.ZRange(ctx, s.keys.JobsActive(), 0, -1).Result()
@@ -187,7 +187,7 @@ func (s *Store) ActivePage(ctx context.Context, st wire.JobStatus, limit int) ([
 			page = append(page, ids[i])
 		}
 	}
-	js, err := s.getMany(ctx, page)
+	js, err := s.GetMany(ctx, page)
 	return js, total, err
 }
 
@@ -265,11 +265,7 @@ func decodeState(id string, v []any) (State, bool) {
 
 // GetMany reads the records of ids in one round trip, in order, leaving
 // out those gone.
-func (s *Store) GetMany(ctx context.Context, ids []string) ([]Job, error) { return s.getMany(ctx, ids) }
-
-// getMany reads the records of ids in one round trip, in order, leaving
-// out those gone.
-func (s *Store) getMany(ctx context.Context, ids []string) ([]Job, error) {
+func (s *Store) GetMany(ctx context.Context, ids []string) ([]Job, error) {
 	cmds := make([]*redis.MapStringStringCmd, len(ids))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
