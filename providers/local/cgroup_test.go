@@ -3,6 +3,7 @@ package local
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -511,5 +512,157 @@ func TestCgroupPlan(t *testing.T) {
 				t.Errorf("plan (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestCgroupSpares: a supervisor server keeps the cgroup of a task that
+// ended cleanly (on its own, whatever its exit code, leaving nothing
+// running: its cgroup v1 directories, renamed aside) and gives it to
+// the next task, with that task's limits and a CPU count from zero; the
+// cgroup of a task that was stopped, was OOM-killed, or left memory
+// charged to it (a file in a tmpfs) is removed instead; and Prune removes
+// the spares of a server that died.
+func TestCgroupSpares(t *testing.T) {
+	t.Parallel()
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skipf("no sh: %v", err)
+	}
+	p := newTestProvider(t, Config{Name: fmt.Sprintf("spares-%d", os.Getpid()), SupervisorServer: true})
+	needConfined(t, p, "CPU and memory limits", func(c Confinement) bool { return c.CPU && c.Memory })
+	var bases []string
+	for _, h := range p.cgroups.hierarchies {
+		if !h.v2 {
+			bases = append(bases, h.base)
+		}
+	}
+	if len(bases) == 0 {
+		t.Skip("no cgroup v1 hierarchy here: only a v1 cgroup can be renamed, so kept")
+	}
+	// spares lists the spare cgroups, the same in every v1 hierarchy.
+	spares := func() []string {
+		t.Helper()
+		var first []string
+		for i, base := range bases {
+			ents, err := os.ReadDir(base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, e := range ents {
+				if _, _, ok := supervise.SpareOwner(e.Name()); ok {
+					names = append(names, e.Name())
+				}
+			}
+			if i == 0 {
+				first = names
+			} else if !slices.Equal(names, first) {
+				t.Fatalf("spares in %s: %v; in %s: %v", bases[0], first, base, names)
+			}
+		}
+		return first
+	}
+	run := func(task providers.Task, want providers.State) providers.Handle {
+		t.Helper()
+		h := providertest.Start(t, p, task)
+		if st := providertest.WaitDone(t, p, h); st.State != want {
+			t.Fatalf("status %+v; want %s (stderr %q)", st, want, readFile(t, st.StderrPath))
+		}
+		wantCgroupGone(t, taskState(t, p, h))
+		return h
+	}
+
+	burn := helperTask(t, "burn", "300")
+	burn.Resources = providers.Resources{CPUCores: 2, MemoryBytes: 128 << 20}
+	run(burn, providers.StateSucceeded)
+	if got := spares(); len(got) != 1 {
+		t.Fatalf("spares after a task that ended cleanly: %v; want one", got)
+	}
+
+	next := helperTask(t, "sleep")
+	next.Resources = providers.Resources{CPUCores: 0.5, MemoryBytes: 64 << 20}
+	h := providertest.Start(t, p, next)
+	rec := taskState(t, p, h)
+	if got := spares(); len(got) != 0 {
+		t.Errorf("spares while the next task runs: %v; want it taken", got)
+	}
+	for _, d := range rec.Cgroups {
+		want := map[string]string{}
+		switch {
+		case d.V2:
+		case d.Has(supervise.CtlCPU):
+			want["cpu.cfs_quota_us"], want["cpu.cfs_period_us"] = "50000", "100000"
+		case d.Has(supervise.CtlMemory):
+			want["memory.limit_in_bytes"] = strconv.Itoa(64 << 20)
+			if supervise.Exists(filepath.Join(d.Path, "memory.memsw.limit_in_bytes")) {
+				want["memory.memsw.limit_in_bytes"] = strconv.Itoa(64 << 20)
+			}
+		}
+		for file, value := range want {
+			if got := strings.TrimSpace(readFile(t, filepath.Join(d.Path, file))); got != value {
+				t.Errorf("%s/%s = %s; want %s, the next task's", d.Path, file, got, value)
+			}
+		}
+	}
+	for _, d := range rec.Cgroups {
+		// Each v1 directory by itself: CPUUsage reads the first that
+		// counts, a fresh v2 one on a hybrid machine.
+		if used, ok := (supervise.CgroupSet{d}).CPUUsage(); ok && used >= 250*time.Millisecond {
+			t.Errorf("%s counts %v of CPU time from the start: the earlier task's", d.Path, used)
+		}
+	}
+
+	// Stopped, OOM-killed, memory left charged: removed, not kept.
+	if err := p.Stop(t.Context(), h); err != nil {
+		t.Fatal(err)
+	}
+	if st := providertest.WaitDone(t, p, h); st.State != providers.StateCancelled {
+		t.Fatalf("stopped task: %+v", st)
+	}
+	wantCgroupGone(t, taskState(t, p, h))
+	if got := spares(); len(got) != 0 {
+		t.Errorf("spares after a stopped task: %v; want none", got)
+	}
+	hog := helperTask(t, "hog", "256")
+	hog.Resources.MemoryBytes = 64 << 20
+	run(hog, providers.StateFailed)
+	if got := spares(); len(got) != 0 {
+		t.Errorf("spares after an OOM-killed task: %v; want none", got)
+	}
+	shm := filepath.Join("/dev/shm", fmt.Sprintf("cb-spares-test-%d", os.Getpid()))
+	t.Cleanup(func() { _ = os.Remove(shm) })
+	charged := helperTask(t)
+	charged.Argv = []string{sh, "-c", "head -c 4194304 /dev/zero > " + shm}
+	charged.Resources.MemoryBytes = 64 << 20
+	run(charged, providers.StateSucceeded)
+	if got := spares(); len(got) != 0 {
+		t.Errorf("spares after a task that left 4 MiB charged to its cgroup: %v; want none", got)
+	}
+
+	// A task that fails on its own (its exit code) ends cleanly too; and
+	// a server killed keeps its spares until Prune.
+	h = run(helperTask(t, "exit", "3"), providers.StateFailed)
+	if got := spares(); len(got) != 1 {
+		t.Fatalf("spares after a task that exited 3: %v; want one", got)
+	}
+	server := taskState(t, p, h).SupervisorPID
+	if err := syscall.Kill(server, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err = providertest.Eventually(t.Context(), func() (bool, error) {
+		st, _, _, err := supervise.ProcStat(server)
+		return err != nil || supervise.Dead(st), nil
+	})
+	if err != nil {
+		t.Fatalf("the server never died: %v", err)
+	}
+	if got := spares(); len(got) != 1 {
+		t.Fatalf("spares of the killed server: %v; want one, until Prune", got)
+	}
+	if _, err := p.Prune(t.Context(), time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if got := spares(); len(got) != 0 {
+		t.Errorf("spares after Prune: %v; want none", got)
 	}
 }

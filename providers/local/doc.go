@@ -109,7 +109,14 @@
 // created inside its cgroup, never moved there after it has run (see
 // startIn), while the supervisor stays outside it, so the supervisor
 // survives the task's OOM kill and records it. The cgroup is removed once
-// the task has ended; Prune removes any a supervisor could not.
+// the task has ended; Prune removes any a supervisor could not. A
+// supervisor server instead keeps the cgroup v1 directories of a task
+// that ended cleanly (on its own, nothing left running, no OOM kill,
+// little memory still charged), renamed aside, and gives them to a later
+// task, with that task's limits and CPU count (supervise.Spares): a
+// rename is cheaper than making and removing a cgroup, which was a third
+// of the server's CPU per trivial task. It removes them when it exits;
+// Prune removes those of a server that was killed.
 //
 // Confinement needs root and Linux (v2 also Linux 5.7, for
 // CLONE_INTO_CGROUP). Where a control is missing (not root, a controller

@@ -28,7 +28,8 @@ import (
 //
 // The cgroup of every task that has ended or is lost (or is pruned) is
 // removed too, with whatever processes are left in it, if its supervisor
-// could not remove it.
+// could not remove it; and so are the spare cgroups (supervise.Spares) of
+// a supervisor server that died without removing them.
 //
 // Errors removing one directory do not stop the others; they are returned
 // together, after the count.
@@ -74,6 +75,13 @@ func (p *Provider) Prune(ctx context.Context, olderThan time.Time) (removed int,
 			continue
 		}
 		removed++
+	}
+	if p.cgroups != nil {
+		for _, h := range p.cgroups.hierarchies {
+			if _, err := supervise.PruneSpares(h.base); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return removed, fmt.Errorf("local: prune: %w", err)

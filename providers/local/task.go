@@ -158,7 +158,7 @@ func (p *Provider) launch(ctx context.Context, t providers.Task, acct account) (
 	}
 	deadline := time.Now().Add(t.Timeout)
 	handedOver = true
-	cmd, out, warn, err := supervise.Start(dir, spec, stdout, stderr, supervise.ProcIdentity{}, true)
+	cmd, out, warn, err := supervise.Start(dir, spec, stdout, stderr, supervise.ProcIdentity{}, nil, true)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +224,7 @@ func (p *Provider) wait(tk *task) {
 	case tk.sup != nil:
 		rec = p.waitSupervised(tk)
 	default:
-		rec = supervise.Supervise(tk.cmd, tk.out, tk.spec, tk.deadline, tk.stopc, p.clock.Now, p.log.With("job", tk.id))
+		rec = supervise.Supervise(tk.cmd, tk.out, tk.spec, nil, tk.deadline, tk.stopc, p.clock.Now, p.log.With("job", tk.id))
 	}
 	st, recorded, published := p.settle(tk.id, tk.dir, rec)
 	p.mu.Lock()

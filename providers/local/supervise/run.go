@@ -19,10 +19,11 @@ var ErrTimedOut = errors.New("timed out")
 var ErrBadArgv = errors.New("argv[0] must be an absolute path")
 
 // Start starts spec's process in a new process group and in its cgroup
-// (spec.Cgroup, made here; see StartIn), as spec's user, with its stdout
-// and stderr captured into the given files (when inProcess, the capture
-// takes the files over and closes them), and records its identity (and
-// sup's, the supervisor's, when it has one) in dir/state. The process
+// (spec.Cgroup, made here or taken from spares, which may be nil; see
+// StartIn), as spec's user, with its stdout and stderr captured into the
+// given files (when inProcess, the capture takes the files over and
+// closes them), and records its identity (and sup's, the supervisor's,
+// when it has one) in dir/state. The process
 // runs even if the record cannot be written; warn says so.
 //
 // A supervisor has set spec.Limits on itself already, for the task to
@@ -30,7 +31,7 @@ var ErrBadArgv = errors.New("argv[0] must be an absolute path")
 // after it starts, which leaves it a moment under the provider's own
 // limits, and needs CAP_SYS_RESOURCE when the task runs as another user:
 // without it the task runs under the provider's limits, and warn says so.
-func Start(dir string, spec *Spec, stdout, stderr *os.File, sup ProcIdentity, inProcess bool) (cmd *exec.Cmd, out *Capture, warn, err error) {
+func Start(dir string, spec *Spec, stdout, stderr *os.File, sup ProcIdentity, spares *Spares, inProcess bool) (cmd *exec.Cmd, out *Capture, warn, err error) {
 	if len(spec.Argv) == 0 || !filepath.IsAbs(spec.Argv[0]) {
 		if inProcess {
 			stdout.Close()
@@ -75,7 +76,7 @@ func Start(dir string, spec *Spec, stdout, stderr *os.File, sup ProcIdentity, in
 		setLimits = nil
 	}
 	if spec.Cgroup != nil {
-		err = spec.Cgroup.Create()
+		err = spares.Create(spec.Cgroup)
 	}
 	if err == nil {
 		err = StartIn(cmd, spec.Cgroup, setLimits)
@@ -150,13 +151,14 @@ const stateReserve = 8 << 10
 // when deadline passes (if spec.Timeout is set). Processes the task leaves
 // behind when it ends on its own are stopped the same way: they are part
 // of the task. Once they are all gone it reads the cgroup's OOM kills,
-// removes the cgroup, and waits (up to KillGrace) for out to take the last
-// of the output. now stamps FinishedAt.
+// removes the cgroup (or keeps it in spares: Spares.Release), and waits
+// (up to KillGrace) for out to take the last of the output. now stamps
+// FinishedAt.
 //
 // It runs in the provider's waiter goroutine when there is no supervisor,
 // and in the supervisor process otherwise; either way it is the one place
 // that turns a wait status into an outcome.
-func Supervise(cmd *exec.Cmd, out *Capture, spec *Spec, deadline time.Time, stop <-chan error, now func() time.Time, log *slog.Logger) ExitRecord {
+func Supervise(cmd *exec.Cmd, out *Capture, spec *Spec, spares *Spares, deadline time.Time, stop <-chan error, now func() time.Time, log *slog.Logger) ExitRecord {
 	procs := TaskProcs{PGID: cmd.Process.Pid} // Setpgid makes a group named after the leader
 	if spec.Cgroup != nil {
 		procs.Cgroup = spec.Cgroup.Dirs
@@ -222,7 +224,9 @@ func Supervise(cmd *exec.Cmd, out *Capture, spec *Spec, deadline time.Time, stop
 	if spec.Cgroup != nil {
 		oomOutcome(&rec, cmd.ProcessState, procs.Cgroup, spec.Cgroup.MemoryBytes)
 		if drained == nil {
-			if err := procs.Cgroup.Remove(); err != nil {
+			// A task that ended on its own and left nothing running may
+			// leave its cgroup to the next (a supervisor server's spares).
+			if err := spares.Release(spec.Cgroup, cause == nil && !left && cmd.ProcessState != nil); err != nil {
 				log.Warn("task's cgroup not removed; Prune retries", "err", err)
 			}
 		}

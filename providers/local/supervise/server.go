@@ -77,6 +77,11 @@ const ServerProtocol = 1
 // before it exits.
 var ServerIdle = 30 * time.Second
 
+// maxSpares bounds the task cgroups a server keeps for reuse (Spares): a
+// spare appears when a task ends and goes to the next that starts, so
+// they number about the tasks that end together.
+const maxSpares = 32
+
 // ExitServerRunning is a server's exit code when another server holds the
 // work directory's lock.
 const ExitServerRunning = 3
@@ -160,6 +165,12 @@ func Serve(args []string) int {
 	s := &server{tasks: map[string]chan error{}, log: log, last: time.Now(), idleFor: idle}
 	s.self.PID, s.self.Server = os.Getpid(), true
 	_, _, s.self.StartTicks, _ = ProcStat(s.self.PID)
+	s.spares = NewSpares(s.self, maxSpares)
+	defer func() {
+		if err := s.spares.Close(); err != nil {
+			log.Warn("spare cgroups not removed; the provider's Prune retries", "err", err)
+		}
+	}()
 	// Ready: and from here on the starter's pipe is not ours to hold.
 	fmt.Println("ready")
 	if null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0); err == nil {
@@ -200,6 +211,7 @@ type server struct {
 	self    ProcIdentity
 	log     *slog.Logger
 	idleFor time.Duration
+	spares  *Spares // its tasks' cgroups, kept for the next ones
 
 	mu      sync.Mutex
 	tasks   map[string]chan error // by task directory: its stop channel
@@ -341,7 +353,7 @@ func (s *server) run(conn *net.UnixConn, in *bufio.Reader, dir string, spec *Spe
 	own.Limits = nil // set on the server: the task inherits them
 	spec = &own
 	deadline := time.Now().Add(spec.Timeout)
-	cmd, out, warn, err := Start(dir, spec, stdout, stderr, s.self, true)
+	cmd, out, warn, err := Start(dir, spec, stdout, stderr, s.self, s.spares, true)
 	if err != nil {
 		Send(conn, Ready{Error: err.Error()})
 		return
@@ -363,7 +375,7 @@ func (s *server) run(conn *net.UnixConn, in *bufio.Reader, dir string, spec *Spe
 		}
 	}()
 	log := s.log.With("job", spec.TaskID)
-	rec := Supervise(cmd, out, spec, deadline, stop, notBefore(spec.StartedAt), log)
+	rec := Supervise(cmd, out, spec, s.spares, deadline, stop, notBefore(spec.StartedAt), log)
 	report(dir, rec, conn, func() { _ = conn.CloseWrite() }, log)
 }
 
@@ -390,7 +402,11 @@ func (s *server) ownLimits(limits []Rlimit) error {
 func readRequest(conn *net.UnixConn) (req ServerRequest, files []*os.File, rest *bufio.Reader, err error) {
 	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 	defer conn.SetReadDeadline(time.Time{})
-	buf := make([]byte, 64<<10)
+	// A request is a line of a few KB, up to maxRequest: the first read
+	// takes the common case (and the files, which arrive with its first
+	// byte), the reader the rest. Larger buffers cost more to clear than
+	// the request costs to read, on every start.
+	buf := make([]byte, 8<<10)
 	oob := make([]byte, syscall.CmsgSpace(2*4))
 	n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
 	if oobn > 0 {
@@ -407,7 +423,7 @@ func readRequest(conn *net.UnixConn) (req ServerRequest, files []*os.File, rest 
 	if err != nil && n == 0 {
 		return req, files, nil, err
 	}
-	rest = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(buf[:n]), conn), 64<<10)
+	rest = bufio.NewReader(io.MultiReader(bytes.NewReader(buf[:n]), conn))
 	var line []byte
 	for {
 		chunk, isPrefix, rerr := rest.ReadLine()

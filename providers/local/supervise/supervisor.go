@@ -116,7 +116,7 @@ func Main(args []string) int {
 		Send(status, Ready{Error: err.Error()})
 		return 1
 	}
-	cmd, out, warn, err := Start(dir, &spec, os.Stdout, os.Stderr, self, false)
+	cmd, out, warn, err := Start(dir, &spec, os.Stdout, os.Stderr, self, nil, false)
 	if err != nil {
 		Send(status, Ready{Error: err.Error()})
 		return 1
@@ -131,7 +131,7 @@ func Main(args []string) int {
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).
 		With("component", "computeboard-supervisor", "job", spec.TaskID)
-	rec := Supervise(cmd, out, &spec, deadline, stop, notBefore(spec.StartedAt), log)
+	rec := Supervise(cmd, out, &spec, nil, deadline, stop, notBefore(spec.StartedAt), log)
 	report(dir, rec, status, func() { status.Close() }, log)
 	return 0
 }
