@@ -572,9 +572,36 @@ func TestCgroupSpares(t *testing.T) {
 		return h
 	}
 
+	// The first task runs on CPU 0 alone, its parent's cpuset then; the
+	// next one, which takes its cgroup, on what the parent holds by then.
+	var cpusetBase, cpusAll string
+	for _, h := range p.cgroups.hierarchies {
+		if !h.v2 && slices.Contains(h.controllers, supervise.CtlCPUSet) {
+			cpusetBase = h.base
+		}
+	}
+	if cpusetBase != "" {
+		cpusAll = strings.TrimSpace(readFile(t, filepath.Join(cpusetBase, "cpuset.cpus")))
+		if cpusAll == "0" {
+			cpusetBase = "" // one CPU: nothing to narrow
+		}
+	}
+	setBaseCPUs := func(cpus string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(cpusetBase, "cpuset.cpus"), []byte(cpus), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cpusetBase != "" {
+		setBaseCPUs("0")
+	}
+
 	burn := helperTask(t, "burn", "300")
 	burn.Resources = providers.Resources{CPUCores: 2, MemoryBytes: 128 << 20}
 	run(burn, providers.StateSucceeded)
+	if cpusetBase != "" {
+		setBaseCPUs(cpusAll)
+	}
 	if got := spares(); len(got) != 1 {
 		t.Fatalf("spares after a task that ended cleanly: %v; want one", got)
 	}
@@ -592,6 +619,10 @@ func TestCgroupSpares(t *testing.T) {
 		case d.V2:
 		case d.Has(supervise.CtlCPU):
 			want["cpu.cfs_quota_us"], want["cpu.cfs_period_us"] = "50000", "100000"
+		case d.Has(supervise.CtlCPUSet):
+			if cpusetBase != "" {
+				want["cpuset.cpus"] = cpusAll
+			}
 		case d.Has(supervise.CtlMemory):
 			want["memory.limit_in_bytes"] = strconv.Itoa(64 << 20)
 			if supervise.Exists(filepath.Join(d.Path, "memory.memsw.limit_in_bytes")) {

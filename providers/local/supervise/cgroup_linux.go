@@ -54,7 +54,10 @@ func (d CgroupDir) configure(cg, prev *Cgroup) error {
 		return nil
 	}
 	var errs []error
-	if d.Has(CtlCPUSet) && (prev == nil || prev.CPUs != cg.CPUs || prev.Mems != cg.Mems) {
+	// A v1 cpuset left "" holds a copy of its parent's, which an operator
+	// may have changed since a spare took it: copied again.
+	inherits := !d.V2 && (cg.CPUs == "" || cg.Mems == "")
+	if d.Has(CtlCPUSet) && (prev == nil || prev.CPUs != cg.CPUs || prev.Mems != cg.Mems || inherits) {
 		cpus, mems := cg.CPUs, cg.Mems
 		if !d.V2 {
 			// v1 wants both set before a process may join; "" is the parent's.
@@ -66,6 +69,14 @@ func (d CgroupDir) configure(cg, prev *Cgroup) error {
 			if mems == "" {
 				b, err := readCtl(filepath.Join(parent, "cpuset.mems"))
 				mems, errs = strings.TrimSpace(b), append(errs, err)
+			}
+		}
+		if prev != nil && !d.V2 { // a spare: what it holds already is not written again
+			if cur, err := readCtl(filepath.Join(d.Path, "cpuset.cpus")); err == nil && strings.TrimSpace(cur) == cpus {
+				cpus = ""
+			}
+			if cur, err := readCtl(filepath.Join(d.Path, "cpuset.mems")); err == nil && strings.TrimSpace(cur) == mems {
+				mems = ""
 			}
 		}
 		if cpus != "" {

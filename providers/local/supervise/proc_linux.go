@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -40,9 +41,21 @@ func ProcStat(pid int) (state byte, pgrp int, startTicks uint64, err error) {
 // BootID names the current boot, so records from before a reboot never
 // match a live process.
 func BootID() (string, error) {
+	if id := bootID.Load(); id != nil {
+		return *id, nil
+	}
 	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	return strings.TrimSpace(string(b)), err
+	if err != nil {
+		return "", err
+	}
+	id := strings.TrimSpace(string(b))
+	bootID.Store(&id)
+	return id, nil
 }
+
+// bootID is the boot ID once read: no process outlives its boot, and a
+// supervisor server reads it for every task it starts.
+var bootID atomic.Pointer[string]
 
 // Dead reports whether a /proc state letter means the process has exited
 // (a zombie waits only for its parent to reap it).

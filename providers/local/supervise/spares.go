@@ -34,9 +34,10 @@ import (
 // A spare is named SparePrefix<pid>-<start ticks>-<n>, after the process
 // that keeps it, in its task cgroups' parent directory. Taking one
 // renames it to the new task's paths, writes only the limits that differ
-// (lifting a changed limit first, in the order the kernel requires) and
-// clears its CPU accounting (cpuacct.usage); any failure removes it, and
-// the task's cgroup is made afresh.
+// (lifting a changed limit first, in the order the kernel requires; a
+// cpuset left to the parent's is compared with the parent's as it is
+// now) and clears its CPU accounting (cpuacct.usage); any failure removes
+// it, and the task's cgroup is made afresh.
 //
 // At most max spares are kept; Close removes them (a server does when it
 // exits), and PruneSpares removes those of a keeper that died. While a
