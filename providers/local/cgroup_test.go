@@ -670,23 +670,31 @@ func TestCgroupSpares(t *testing.T) {
 		t.Errorf("spares after a task that left 4 MiB charged to its cgroup: %v; want none", got)
 	}
 
+	// A server that exits removes its spares.
+	h = run(helperTask(t, "exit", "0"), providers.StateSucceeded)
+	if got := spares(); len(got) != 1 {
+		t.Fatalf("spares: %v; want one", got)
+	}
+	server := taskState(t, p, h).SupervisorPID
+	if err := syscall.Kill(server, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, server)
+	if got := spares(); len(got) != 0 {
+		t.Errorf("spares after their server exited: %v; want none", got)
+	}
+
 	// A task that fails on its own (its exit code) ends cleanly too; and
 	// a server killed keeps its spares until Prune.
 	h = run(helperTask(t, "exit", "3"), providers.StateFailed)
 	if got := spares(); len(got) != 1 {
 		t.Fatalf("spares after a task that exited 3: %v; want one", got)
 	}
-	server := taskState(t, p, h).SupervisorPID
+	server = taskState(t, p, h).SupervisorPID
 	if err := syscall.Kill(server, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	err = providertest.Eventually(t.Context(), func() (bool, error) {
-		st, _, _, err := supervise.ProcStat(server)
-		return err != nil || supervise.Dead(st), nil
-	})
-	if err != nil {
-		t.Fatalf("the server never died: %v", err)
-	}
+	waitGone(t, server)
 	if got := spares(); len(got) != 1 {
 		t.Fatalf("spares of the killed server: %v; want one, until Prune", got)
 	}
