@@ -539,6 +539,11 @@ func TestCgroupSpares(t *testing.T) {
 	if len(bases) == 0 {
 		t.Skip("no cgroup v1 hierarchy here: only a v1 cgroup can be renamed, so kept")
 	}
+	t.Cleanup(func() { // this provider's own parents, empty by now
+		for _, h := range p.cgroups.hierarchies {
+			_ = syscall.Rmdir(h.base)
+		}
+	})
 	// spares lists the spare cgroups, the same in every v1 hierarchy.
 	spares := func() []string {
 		t.Helper()
