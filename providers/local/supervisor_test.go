@@ -419,6 +419,21 @@ func TestArgvIsNotAShellString(t *testing.T) {
 	}
 }
 
+// TestServerLargeRequest: a task whose spec is longer than the server's
+// first read (a 100 KB environment variable) starts under the server with
+// that environment whole.
+func TestServerLargeRequest(t *testing.T) {
+	t.Parallel()
+	p := newTestProvider(t, Config{SupervisorServer: true})
+	big := strings.Repeat("0123456789", 10<<10)
+	task := helperTask(t, "env", "BIG")
+	task.Env["BIG"] = big
+	st := providertest.WaitDone(t, p, providertest.Start(t, p, task))
+	if got := readFile(t, st.StdoutPath); st.State != providers.StateSucceeded || got != big {
+		t.Errorf("state %s, %d bytes of $BIG; want succeeded, %d bytes", st.State, len(got), len(big))
+	}
+}
+
 // TestSupervisorHandshakeFails: Start fails cleanly, leaving the task ID
 // free, when the supervisor does not start the task.
 func TestSupervisorHandshakeFails(t *testing.T) {

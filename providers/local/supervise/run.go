@@ -23,8 +23,8 @@ var ErrBadArgv = errors.New("argv[0] must be an absolute path")
 // StartIn), as spec's user, with its stdout and stderr captured into the
 // given files (when inProcess, the capture takes the files over and
 // closes them), and records its identity (and sup's, the supervisor's,
-// when it has one) in dir/state. The process
-// runs even if the record cannot be written; warn says so.
+// when it has one) in dir/state. The process runs even if the record
+// cannot be written; warn says so.
 //
 // A supervisor has set spec.Limits on itself already, for the task to
 // inherit. For a task watched in-process (inProcess) they are set right
