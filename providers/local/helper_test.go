@@ -199,6 +199,7 @@ func workDir(t testing.TB) string {
 //	limits           write the soft and hard RLIMIT_NOFILE, RLIMIT_NPROC
 //	                 and RLIMIT_CORE to stdout, one "name soft hard" line
 //	                 each
+//	limits-after MS  sleep MS milliseconds, then limits
 //	pwd              write the working directory to stdout
 //	payload          write the payload file to stdout
 //	family MODE [setsid]
@@ -277,7 +278,11 @@ func helperMain(args []string) int {
 			n, _ := strconv.Atoi(arg(1 + i))
 			f.Write(bytes.Repeat([]byte{"oe"[i]}, n))
 		}
-	case "limits":
+	case "limits", "limits-after":
+		if args[0] == "limits-after" {
+			ms, _ := strconv.Atoi(arg(1))
+			time.Sleep(time.Duration(ms) * time.Millisecond)
+		}
 		for _, l := range []struct {
 			name     string
 			resource int
