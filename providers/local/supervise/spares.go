@@ -10,10 +10,11 @@ import (
 // Spares keeps the cgroups of tasks that ended cleanly, emptied and
 // renamed aside, for later tasks to take instead of making their own: a
 // supervisor server's, for its tasks' cgroup v1 directories. On cgroup
-// v1 a task's cgroup is a directory in each controller's hierarchy (cpu,
-// cpuacct, cpuset, memory, freezer here), and making, configuring and
-// removing them took a third of the server's CPU time per trivial task
-// (the e2e bench's profile). Renaming a spare in and out costs about 40%
+// v1 a task's cgroup is a directory in each controller's hierarchy (on
+// the machine this was measured on: cpu, cpuacct, cpuset and memory, with
+// a v2 directory for kills), and making, configuring and removing them
+// took a third of the server's CPU time per trivial task (the e2e bench's
+// profile). Renaming a spare in and out costs about 40%
 // of a mkdir and an rmdir, and the limits a spare already carries are
 // not written again.
 //
@@ -93,16 +94,6 @@ func SpareOwner(name string) (pid int, startTicks uint64, ok bool) {
 		return 0, 0, false
 	}
 	return pid, startTicks, true
-}
-
-// Len is how many spares are kept.
-func (sp *Spares) Len() int {
-	if sp == nil {
-		return 0
-	}
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	return len(sp.free)
 }
 
 // Create takes a spare for cg when one fits, else makes cg's directories
