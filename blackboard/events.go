@@ -80,9 +80,17 @@ var streamIDRe = regexp.MustCompile(`^[0-9]+(-[0-9]+)?$`)
 // to pass next time. With block > 0 it waits up to block for new events.
 // The next cursor advances past filtered-out events too.
 func (s *Store) Events(ctx context.Context, cursor, pattern string, count int, block time.Duration) ([]Event, string, error) {
-	cursor, err := s.resolveCursor(ctx, cursor)
+	evs, next, _, err := s.EventsScanned(ctx, cursor, pattern, count, block)
+	return evs, next, err
+}
+
+// EventsScanned is Events, and also says how many events the read took
+// from the stream, matching pattern or not: count means there may be more
+// to read at once.
+func (s *Store) EventsScanned(ctx context.Context, cursor, pattern string, count int, block time.Duration) (evs []Event, next string, scanned int, err error) {
+	cursor, err = s.resolveCursor(ctx, cursor)
 	if err != nil {
-		return nil, cursor, fmt.Errorf("blackboard: events: %w", err)
+		return nil, cursor, 0, fmt.Errorf("blackboard: events: %w", err)
 	}
 	if count <= 0 {
 		count = 100
@@ -93,23 +101,23 @@ func (s *Store) Events(ctx context.Context, cursor, pattern string, count int, b
 	}
 	res, err := s.rdb.XRead(ctx, args).Result()
 	if errors.Is(err, redis.Nil) {
-		return nil, cursor, nil
+		return nil, cursor, 0, nil
 	}
 	if err != nil {
-		return nil, cursor, fmt.Errorf("blackboard: events: %w", err)
+		return nil, cursor, 0, fmt.Errorf("blackboard: events: %w", err)
 	}
-	var out []Event
 	for _, st := range res {
 		for _, m := range st.Messages {
 			cursor = m.ID
+			scanned++
 			// Most events of a busy board are of types the caller did not
 			// ask for: match the raw type, decode only what matches.
 			if typ, _ := m.Values["event_type"].(string); pattern == "" || Fnmatch(pattern, typ) {
-				out = append(out, decodeEvent(m))
+				evs = append(evs, decodeEvent(m))
 			}
 		}
 	}
-	return out, cursor, nil
+	return evs, cursor, scanned, nil
 }
 
 // resolveCursor turns "" into "0" and "$" into the id of the newest event,

@@ -112,14 +112,15 @@ func TestEventsReplay(t *testing.T) {
 		pattern string
 		count   int
 		want    []string
+		scanned int // EventsScanned: events read, matching or not
 	}{
-		"compute.* crosses dots": {"compute.*", 100, []string{`{"i":0}`, `{"i":2}`, `{"i":5}`}},
-		"exact":                  {"compute", 100, []string{`{"i":3}`}},
-		"question and sets":      {"[cr]*.??b.*", 100, []string{`{"i":0}`, `{"i":5}`}},
-		"empty pattern = all":    {"", 100, []string{`{"i":0}`, `{"i":1}`, `{"i":2}`, `{"i":3}`, `{"i":4}`, `{"i":5}`}},
-		"count bounds the read":  {"compute.*", 2, []string{`{"i":0}`}},
-		"no match":               {"cycle.*", 100, []string{}},
-		"negated set":            {"[!c]*", 100, []string{`{"i":1}`, `{"i":4}`}},
+		"compute.* crosses dots": {"compute.*", 100, []string{`{"i":0}`, `{"i":2}`, `{"i":5}`}, 6},
+		"exact":                  {"compute", 100, []string{`{"i":3}`}, 6},
+		"question and sets":      {"[cr]*.??b.*", 100, []string{`{"i":0}`, `{"i":5}`}, 6},
+		"empty pattern = all":    {"", 100, []string{`{"i":0}`, `{"i":1}`, `{"i":2}`, `{"i":3}`, `{"i":4}`, `{"i":5}`}, 6},
+		"count bounds the read":  {"compute.*", 2, []string{`{"i":0}`}, 2},
+		"no match":               {"cycle.*", 100, []string{}, 6},
+		"negated set":            {"[!c]*", 100, []string{`{"i":1}`, `{"i":4}`}, 6},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -129,6 +130,10 @@ func TestEventsReplay(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, payloads(evs)); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
+			}
+			evs2, next2, scanned, err := v.s.EventsScanned(ctx, "0", tc.pattern, tc.count, 0)
+			if err != nil || scanned != tc.scanned || next2 != next || len(evs2) != len(evs) {
+				t.Errorf("EventsScanned = %d events, %q, scanned %d, %v; want %d, %q, scanned %d", len(evs2), next2, scanned, err, len(evs), next, tc.scanned)
 			}
 			if next == "0" {
 				t.Errorf("cursor did not advance past filtered events")

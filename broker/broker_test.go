@@ -624,7 +624,7 @@ func TestCancellation(t *testing.T) {
 		bd := newBoard(t)
 		b := bd.broker(t, Config{})
 		ctx := t.Context()
-		if _, err := b.eventsStep(ctx, 0); err != nil { // start watching
+		if _, _, err := b.eventsStep(ctx, 0); err != nil { // start watching
 			t.Fatal(err)
 		}
 		id := bd.post(t, "m", okData)
@@ -633,8 +633,8 @@ func TestCancellation(t *testing.T) {
 		if err := bd.store.Retract(ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := b.eventsStep(ctx, 0); err != nil || n != 1 {
-			t.Fatalf("eventsStep = %d, %v", n, err)
+		if _, n, err := b.eventsStep(ctx, 0); err != nil || n != 1 {
+			t.Fatalf("eventsStep acted on %d, %v", n, err)
 		}
 		if _, ok := b.inbox.Get(id); ok {
 			t.Fatal("retracted request still queued")
@@ -680,7 +680,7 @@ func TestCancellation(t *testing.T) {
 		if err := bd.store.Retract(ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.eventsStep(ctx, 0); err != nil {
+		if _, _, err := b.eventsStep(ctx, 0); err != nil {
 			t.Fatal(err)
 		}
 		if diff := cmp.Diff([]Cancel{{EntryID: id, JobID: j.JobID}}, got); diff != "" {

@@ -953,22 +953,22 @@ func (b *Broker) ack(ctx context.Context, d *Delivery, dead []any) error {
 // event is only a hint (any poster can write one): the request entry's own
 // status is read before anything is cancelled. With block > 0 it waits up
 // to block for events. The first call starts at the end of the stream. It
-// returns how many retractions it acted on.
-func (b *Broker) eventsStep(ctx context.Context, block time.Duration) (int, error) {
+// returns how many events it read from the stream (of any type) and how
+// many retractions it acted on.
+func (b *Broker) eventsStep(ctx context.Context, block time.Duration) (read, acted int, err error) {
 	b.evMu.Lock()
 	defer b.evMu.Unlock()
 	if b.evCursor == "" {
 		b.evCursor = "$"
 	}
-	evs, cur, err := b.store.Events(ctx, b.evCursor, blackboard.EventEntryUpdated, 500, block)
+	evs, cur, read, err := b.store.EventsScanned(ctx, b.evCursor, blackboard.EventEntryUpdated, eventsBatch, block)
 	if err != nil {
 		if ctx.Err() != nil {
-			return 0, nil
+			return 0, 0, nil
 		}
-		return 0, err
+		return 0, 0, err
 	}
 	b.evCursor = cur
-	n := 0
 	var errs []error
 	for _, ev := range evs {
 		// Every consume, claim and job entry change is an updated event
@@ -990,13 +990,13 @@ func (b *Broker) eventsStep(ctx context.Context, block time.Duration) (int, erro
 		if json.Unmarshal(p.New, &st) != nil || st != string(blackboard.StatusRetracted) {
 			continue
 		}
-		acted, err := b.retracted(ctx, p.EntryID)
-		if acted {
-			n++
+		ok, err := b.retracted(ctx, p.EntryID)
+		if ok {
+			acted++
 		}
 		errs = append(errs, err)
 	}
-	return n, errors.Join(errs...)
+	return read, acted, errors.Join(errs...)
 }
 
 // The JSON strings a retraction's updated event carries (its new status and

@@ -99,7 +99,7 @@ func TestForgedRetractedEventCancelsNothing(t *testing.T) {
 	var got []Cancel
 	b := bd.broker(t, Config{OnCancel: func(c Cancel) { got = append(got, c) }})
 	ctx := t.Context()
-	if _, err := b.eventsStep(ctx, 0); err != nil {
+	if _, _, err := b.eventsStep(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
 	running := bd.post(t, "victim", okData)
@@ -112,7 +112,7 @@ func TestForgedRetractedEventCancelsNothing(t *testing.T) {
 	feed(t, b)
 	bd.forgeRetracted(t, running)
 	bd.forgeRetracted(t, waiting)
-	if _, err := b.eventsStep(ctx, 0); err != nil {
+	if _, _, err := b.eventsStep(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 0 {
@@ -185,7 +185,7 @@ func TestRetractionAtAnyMoment(t *testing.T) {
 	cancels := map[string]bool{}
 	b := bd.broker(t, Config{OnCancel: func(c Cancel) { mu.Lock(); cancels[c.JobID] = true; mu.Unlock() }})
 	ctx := t.Context()
-	if _, err := b.eventsStep(ctx, 0); err != nil {
+	if _, _, err := b.eventsStep(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(7, 8))
@@ -220,7 +220,7 @@ func TestRetractionAtAnyMoment(t *testing.T) {
 		if at == 2 {
 			retract()
 		}
-		if _, err := b.eventsStep(ctx, 0); err != nil {
+		if _, _, err := b.eventsStep(ctx, 0); err != nil {
 			t.Fatal(err)
 		}
 		job := wire.JobID(id)
@@ -238,7 +238,7 @@ func TestRetractionAtAnyMoment(t *testing.T) {
 		if at == 4 {
 			retract()
 		}
-		if _, err := b.eventsStep(ctx, 0); err != nil {
+		if _, _, err := b.eventsStep(ctx, 0); err != nil {
 			t.Fatal(err)
 		}
 		if err := b.cancelStep(ctx); err != nil {
