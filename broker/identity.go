@@ -94,8 +94,9 @@ func (b *Broker) cancelStep(ctx context.Context) error {
 // active jobs the next pass waits until its reads average at most this
 // many keys a second (10,000 active jobs: a pass every 10 s rather than
 // every CancelCheckInterval). The check is the safety net behind the
-// retraction events, which cancel at once; with 10,000 pending jobs it
-// was a sixth of an idle adapter's CPU, and 10,000 Redis reads a second.
+// retraction events, which cancel within 50 ms (eventsLoop); with 10,000
+// pending jobs it was a sixth of an idle adapter's CPU, and 10,000 Redis
+// reads a second.
 const cancelCheckRate = 2000
 
 // pacedCancel runs scan (cancelScan) when called, unless the reads of the
