@@ -14,9 +14,8 @@ import (
 // the machine this was measured on: cpu, cpuacct, cpuset and memory, with
 // a v2 directory for kills), and making, configuring and removing them
 // took a third of the server's CPU time per trivial task (the e2e bench's
-// profile). Renaming a spare in and out costs about 40%
-// of a mkdir and an rmdir, and the limits a spare already carries are
-// not written again.
+// profile). Renaming a spare in and out costs about 40% of a mkdir and an
+// rmdir, and the limits a spare already carries are not written again.
 //
 // A task's cgroup keeps its own path (<parent>/<task id>) while the task
 // runs, so a stale reference to an ended task (a restarted adapter's

@@ -18,7 +18,7 @@ func (sp *Spares) take(cg *Cgroup) bool {
 	if sp == nil {
 		return false
 	}
-	v1 := v1Dirs(cg.Dirs)
+	v1, _ := byVersion(cg.Dirs)
 	sp.mu.Lock()
 	i := slices.IndexFunc(sp.free, func(s spare) bool { return fits(s.dirs, v1) })
 	if i < 0 {
@@ -52,16 +52,17 @@ func (sp *Spares) take(cg *Cgroup) bool {
 	return true
 }
 
-// v1Dirs is the cgroup v1 directories of dirs: the ones that can be
-// renamed, so kept.
-func v1Dirs(dirs CgroupSet) CgroupSet {
-	var v1 CgroupSet
+// byVersion splits dirs into their cgroup v1 directories (the ones that
+// can be renamed, so kept) and their v2 ones.
+func byVersion(dirs CgroupSet) (v1, v2 CgroupSet) {
 	for _, d := range dirs {
-		if !d.V2 {
+		if d.V2 {
+			v2 = append(v2, d)
+		} else {
 			v1 = append(v1, d)
 		}
 	}
-	return v1
+	return v1, v2
 }
 
 // fits reports whether a spare's directories can become want's: each of
@@ -76,7 +77,7 @@ func fits(have, want CgroupSet) bool {
 // cleanly, if they qualify (see Spares) and there is room, and removes
 // its v2 directory; false leaves them all where they are.
 func (sp *Spares) keep(cg *Cgroup) bool {
-	v1 := v1Dirs(cg.Dirs)
+	v1, v2 := byVersion(cg.Dirs)
 	if sp == nil || len(v1) == 0 || !reusable(cg.Dirs) {
 		return false
 	}
@@ -105,7 +106,7 @@ func (sp *Spares) keep(cg *Cgroup) bool {
 		sp.free = append(sp.free, s)
 	}
 	sp.mu.Unlock()
-	errs := []error{slices.DeleteFunc(slices.Clone(cg.Dirs), func(d CgroupDir) bool { return !d.V2 }).Remove()}
+	errs := []error{v2.Remove()}
 	if full {
 		errs = append(errs, s.dirs.Remove())
 	}
@@ -124,10 +125,11 @@ func reusable(dirs CgroupSet) bool {
 		if !d.Has(CtlMemory) {
 			continue
 		}
-		b, err := readCtl(filepath.Join(d.Path, "memory.usage_in_bytes"))
+		file := "memory.usage_in_bytes"
 		if d.V2 {
-			b, err = readCtl(filepath.Join(d.Path, "memory.current"))
+			file = "memory.current"
 		}
+		b, err := readCtl(filepath.Join(d.Path, file))
 		if err != nil {
 			return false
 		}
