@@ -58,6 +58,6 @@ func (s *Scheduler) countLostLocked(t *tracked, now time.Time) {
 	secs := now.Sub(since).Seconds()
 	p := s.progress
 	p.lostWork += secs
-	p.lostCPU += secs * float64(t.ej.Request[engine.DimCPU]) / 1000 // millicores
-	p.lostGPU += secs * float64(t.ej.Request[engine.DimGPU])        // whole GPUs or MIG instances
+	p.lostCPU += secs * float64(t.request[engine.DimCPU]) / 1000 // millicores
+	p.lostGPU += secs * float64(t.request[engine.DimGPU])        // whole GPUs or MIG instances
 }

@@ -99,8 +99,15 @@ func deepQueue(tb testing.TB, n int) (*harness, float64) {
 	for _, b := range recs {
 		h.s.addPending(h.ctx, decodeRecord(tb, b)) // the scheduler's copy, as read from Redis
 	}
+	// A full plan, as every FullReplan: the scheduler keeps its
+	// explanations of every pending job (a partial plan explains its
+	// heads only).
+	h.clk.Advance(h.s.cfg.FullReplan)
 	if _, err := h.s.schedule(h.ctx); err != nil {
 		tb.Fatal(err)
+	}
+	if got := len(h.s.expl.held); got != n {
+		tb.Fatalf("the plan explains %d jobs, want all %d (a full plan)", got, n)
 	}
 	runtime.GC()
 	runtime.GC()

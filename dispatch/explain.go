@@ -34,25 +34,26 @@ func (s *Scheduler) publishExplanations(ctx context.Context, limit int, minGap t
 		return nil
 	}
 	more := false
-	for _, e := range s.plan.Explanations {
+	for i := range s.expl.held {
+		h := &s.expl.held[i]
 		if len(todo) >= limit {
 			more = true
 			break
 		}
-		t, ok := s.jobs_[e.JobID]
+		t, ok := s.jobs_[h.id]
 		if !ok || t.phase != PhasePending {
 			continue
 		}
-		k := explainKey{reason: e.Reason, pos: e.Position, placed: e.Placed}
+		k := explainKey{reason: h.reason, pos: h.pos, placed: h.flags&heldPlaced != 0}
 		if k == t.explained {
 			continue
 		}
-		if now.Sub(t.explAt) < minGap {
+		if now.UnixNano()-t.explAt < int64(minGap) {
 			more = true // changed again too soon: a later pass
 			continue
 		}
-		t.explained, t.explAt = k, now
-		todo = append(todo, upd{e.JobID, e})
+		t.explained, t.explAt = k, now.UnixNano()
+		todo = append(todo, upd{h.id, s.expl.at(i)})
 	}
 	s.explainMore = more
 	s.mu.Unlock()
@@ -82,12 +83,106 @@ func (s *Scheduler) Explanation(id string) (engine.Explanation, bool) {
 	if t, ok := s.waiting[id]; ok && t.hold != nil {
 		return t.hold.expl, true // out of the plans while it waits for its victims
 	}
-	for _, e := range s.plan.Explanations {
-		if e.JobID == id {
-			return e, true
+	if t, ok := s.jobs_[id]; ok && t.inOrder {
+		if i := int(t.pos) - 1; i < len(s.expl.held) && s.expl.held[i].id == id {
+			return s.expl.at(i), true
+		}
+	}
+	for i := range s.expl.held {
+		if s.expl.held[i].id == id {
+			return s.expl.at(i), true
 		}
 	}
 	return engine.Explanation{}, false
+}
+
+// explanations are a full plan's explanations, in its order, kept compact:
+// the scheduler holds them until the next full plan (about 10,000 of them
+// over a deep queue), for publication and for the explain API. A placed
+// job's node and victims, which only a handful have, are kept aside.
+type explanations struct {
+	held   []heldExpl
+	placed map[int]placedExpl // by index in held
+}
+
+// heldExpl is an engine.Explanation without its node and victims (see
+// placed), its estimated start as Unix nanoseconds: 128 B against 208.
+type heldExpl struct {
+	id, account, message                        string
+	reason                                      engine.Code
+	priority, ageHours, age, fairShare, urgency float64
+	slack                                       time.Duration
+	estStart                                    int64 // 0: unknown
+	pos                                         int32
+	level                                       int16
+	flags                                       uint8
+}
+
+// heldExpl flags.
+const (
+	heldPlaced uint8 = 1 << iota
+	heldHasDeadline
+	heldDeadlineMiss
+	heldGuaranteed
+)
+
+type placedExpl struct {
+	node   string
+	evicts []string
+}
+
+// holdExplanations keeps es compact.
+func holdExplanations(es []engine.Explanation) explanations {
+	x := explanations{held: make([]heldExpl, len(es))}
+	for i, e := range es {
+		f := e.Factors
+		h := heldExpl{
+			id: e.JobID, account: e.Account, message: e.Message, reason: e.Reason,
+			priority: e.Priority, ageHours: f.AgeHours, age: f.Age, fairShare: f.FairShare, urgency: f.Urgency,
+			slack: f.Slack, pos: int32(e.Position), level: int16(f.Level),
+		}
+		if !e.EstStart.IsZero() {
+			h.estStart = e.EstStart.UnixNano()
+		}
+		for _, b := range []struct {
+			on   bool
+			flag uint8
+		}{{e.Placed, heldPlaced}, {f.HasDeadline, heldHasDeadline}, {f.DeadlineMiss, heldDeadlineMiss}, {f.Guaranteed, heldGuaranteed}} {
+			if b.on {
+				h.flags |= b.flag
+			}
+		}
+		if e.Node != "" || len(e.Evicts) > 0 {
+			if x.placed == nil {
+				x.placed = map[int]placedExpl{}
+			}
+			x.placed[i] = placedExpl{node: e.Node, evicts: e.Evicts}
+		}
+		x.held[i] = h
+	}
+	return x
+}
+
+// at is the i-th explanation as the engine gave it, its EstStart as
+// time.Unix (the same instant, without a monotonic reading).
+func (x *explanations) at(i int) engine.Explanation {
+	h := &x.held[i]
+	e := engine.Explanation{
+		JobID: h.id, Account: h.account, Position: int(h.pos), Priority: h.priority,
+		Factors: engine.Factors{
+			Level: int(h.level), AgeHours: h.ageHours, Age: h.age, FairShare: h.fairShare, Urgency: h.urgency,
+			Slack: h.slack, HasDeadline: h.flags&heldHasDeadline != 0, DeadlineMiss: h.flags&heldDeadlineMiss != 0,
+			Guaranteed: h.flags&heldGuaranteed != 0,
+		},
+		Placed: h.flags&heldPlaced != 0, Reason: h.reason, Message: h.message,
+	}
+	if h.estStart != 0 {
+		e.EstStart = time.Unix(0, h.estStart)
+	}
+	if p, ok := x.placed[i]; ok {
+		e.Node, e.Evicts = p.node, p.evicts
+	}
+	return e
 }
 
 // Explain returns job id's explanation for publication: the latest plan's

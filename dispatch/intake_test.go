@@ -33,7 +33,7 @@ func pendingScheduler(t *testing.T, maxPending int, accounts []engine.Account, h
 	for a, n := range held {
 		for i := range n {
 			id := fmt.Sprintf("%s-%d", a, i)
-			t := &tracked{ej: engine.Job{ID: id, Account: a}, phase: PhasePending}
+			t := &tracked{jobCore: jobCore{jid: id, acct: a}, phase: PhasePending}
 			s.jobs_[id] = t
 			s.countPendingLocked(t, 1)
 		}
@@ -83,7 +83,7 @@ func TestIncompleteGangsFail(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
 	member := func(id, gang string, size int, accepted time.Time) *tracked {
 		return &tracked{accepted: float64(accepted.Unix()),
-			ej: engine.Job{ID: id, Account: "a", GangID: gang, GangSize: size}, phase: PhasePending}
+			jobCore: jobCore{jid: id, acct: "a", gangID: gang, gangSize: int32(size)}, phase: PhasePending}
 	}
 	s.jobs_["lone"] = member("lone", "g1", 2, t0)
 	s.jobs_["x1"] = member("x1", "g2", 2, t0)
@@ -111,8 +111,8 @@ func TestFutureTimestampIsClamped(t *testing.T) {
 		if werr != nil {
 			t.Fatal(werr)
 		}
-		if want := epochTime(accepted); !tr.ej.Submitted.Equal(want) {
-			t.Errorf("posted %v: submitted %v, want the acceptance %v", posted, tr.ej.Submitted, want)
+		if want := epochTime(accepted); !tr.submittedAt().Equal(want) {
+			t.Errorf("posted %v: submitted %v, want the acceptance %v", posted, tr.submittedAt(), want)
 		}
 	}
 	if n := s.FutureStamps(); n != 2 {
@@ -122,12 +122,12 @@ func TestFutureTimestampIsClamped(t *testing.T) {
 	j := jobs.Job{JobData: wire.JobData{JobID: "k", Account: "a"}, AcceptedAt: accepted, Request: wire.Request{Template: "t", Account: "a"}}
 	j.SubmittedAt = &past
 	tr, _ := s.track(j)
-	if !tr.ej.Submitted.Equal(epochTime(past)) {
-		t.Errorf("a past timestamp was changed: %v", tr.ej.Submitted)
+	if !tr.submittedAt().Equal(epochTime(past)) {
+		t.Errorf("a past timestamp was changed: %v", tr.submittedAt())
 	}
 	// The engine plans backfill by the limit the node enforces.
-	if tr.ej.TimeLimit != time.Hour {
-		t.Errorf("time limit %v, want the resolved 1h", tr.ej.TimeLimit)
+	if tr.timeLimit != time.Hour {
+		t.Errorf("time limit %v, want the resolved 1h", tr.timeLimit)
 	}
 }
 
@@ -142,14 +142,14 @@ func TestSortedIDs(t *testing.T) {
 		id := fmt.Sprintf("j%03d", rng.IntN(300))
 		switch _, ok := s.jobs_[id]; {
 		case !ok || rng.IntN(4) == 0: // add (or add again)
-			s.jobs_[id] = &tracked{ej: engine.Job{ID: id}, phase: PhasePending}
+			s.jobs_[id] = &tracked{jobCore: jobCore{jid: id}, phase: PhasePending}
 			s.newIDs = append(s.newIDs, id)
 		default:
 			delete(s.jobs_, id)
 			s.idsDropped = true
 		}
 		if step%500 == 499 { // behind its back
-			s.jobs_["zz-hidden"] = &tracked{ej: engine.Job{ID: "zz-hidden"}}
+			s.jobs_["zz-hidden"] = &tracked{jobCore: jobCore{jid: "zz-hidden"}}
 		}
 		if step%7 != 0 {
 			continue

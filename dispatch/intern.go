@@ -1,11 +1,7 @@
 package dispatch
 
 import (
-	"maps"
-	"slices"
 	"strings"
-
-	"github.com/computeboard/computeboard/engine"
 )
 
 // internLimit bounds each intern table: past it new values are kept as
@@ -18,8 +14,9 @@ const internLimit = 4096
 // each decoded record brings its own copies, which the engine's Job would
 // otherwise keep for as long as the job waits. Owned by the Run goroutine.
 type internTable struct {
-	strs map[string]string
-	sels map[string]map[string]string // canonical "k=v\x00…" → one shared selector (never modified)
+	strs   map[string]string
+	sels   map[string]map[string]string // canonical "k=v\x00…" → one shared selector (never modified)
+	shapes map[shapeKey]*jobShape       // tracked jobs' shared shapes (compactJob)
 }
 
 // str returns the shared copy of v.
@@ -45,14 +42,7 @@ func (it *internTable) selector(m map[string]string) map[string]string {
 	if len(m) == 0 {
 		return nil
 	}
-	var b strings.Builder
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(m[k])
-		b.WriteByte(0)
-	}
-	key := b.String()
+	key := selectorKey(m)
 	if s, ok := it.sels[key]; ok {
 		return s
 	}
@@ -68,13 +58,4 @@ func (it *internTable) selector(m map[string]string) map[string]string {
 		return s
 	}
 	return m
-}
-
-// job interns j's repeated strings and its selector.
-func (it *internTable) job(j *engine.Job) {
-	j.Account = it.str(j.Account)
-	j.GPUModel = it.str(j.GPUModel)
-	j.MIGProfile = it.str(j.MIGProfile)
-	j.StorageTier = it.str(j.StorageTier)
-	j.NodeSelector = it.selector(j.NodeSelector)
 }

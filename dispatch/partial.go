@@ -123,17 +123,18 @@ func (s *Scheduler) noteFullPlanLocked(plan engine.Plan) {
 		if !ok || e.Placed || t.phase != PhasePending {
 			continue
 		}
-		q := s.queues[t.ej.Account]
-		v := engine.RequestVector(&t.ej)
+		q := s.queues[t.acct]
+		j := t.job()
+		v := engine.RequestVector(&j)
 		if q == nil {
 			q = &queue{min: v}
-			s.queues[t.ej.Account] = q
+			s.queues[t.acct] = q
 		}
 		for d := range v {
 			q.min[d] = min(q.min[d], v[d])
 		}
 		s.orderPlain = s.orderPlain && plain(t)
-		t.inOrder, t.pos = true, i+1
+		t.inOrder, t.pos = true, int32(i+1)
 		q.jobs = append(q.jobs, t)
 		q.pending++
 		s.orderPending++
@@ -154,7 +155,7 @@ func earlier(a, b engine.Rank) engine.Rank {
 
 // plain reports whether a partial plan may hold t: a single job without a
 // deadline, not a preemptor waiting for its victims.
-func plain(t *tracked) bool { return t.ej.GangID == "" && t.ej.Deadline.IsZero() && t.hold == nil }
+func plain(t *tracked) bool { return t.gangID == "" && t.deadline == 0 && t.hold == nil }
 
 // ageingReorders reports whether the queue order of an account's jobs can
 // change with time alone: only when the age term is capped (MaxAge > 0),
@@ -212,7 +213,7 @@ func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partia
 		h.in = true
 		h.n++
 		incl = append(incl, t)
-		ps.acct[t.id()] = t.ej.Account
+		ps.acct[t.id()] = t.acct
 	}
 	for a, q := range s.queues {
 		// The jobs placed from the front since the full plan are passed
@@ -231,22 +232,24 @@ func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partia
 			if t.phase != PhasePending || t.dropped {
 				continue // placed, or gone since
 			}
-			if t.pos > s.resvPos && (h.fit >= headFit || h.n >= headMax || h.over > 1 && h.fit >= headRoomMin || noRoom && h.n >= headRoomMin) {
-				h.rest, h.minOut, h.out = i, ps.rank.Rank(&t.ej), true
+			j := t.job()
+			if int(t.pos) > s.resvPos && (h.fit >= headFit || h.n >= headMax || h.over > 1 && h.fit >= headRoomMin || noRoom && h.n >= headRoomMin) {
+				h.rest, h.minOut, h.out = i, ps.rank.Rank(&j), true
 				break
 			}
 			h.walked++
-			include(t, h, ps.rank.Rank(&t.ej))
-			if fit.Fits(&t.ej) {
+			include(t, h, ps.rank.Rank(&j))
+			if fit.Fits(&j) {
 				h.fit++
-				if h.sum = h.sum.Add(engine.RequestVector(&t.ej)); !h.sum.Fits(room) {
+				if h.sum = h.sum.Add(engine.RequestVector(&j)); !h.sum.Fits(room) {
 					h.over++
 				}
 			}
 		}
 		if reorders && h.out {
 			for t := range h.leftOut() {
-				h.minOut = earlier(h.minOut, ps.rank.Rank(&t.ej))
+				j := t.job()
+				h.minOut = earlier(h.minOut, ps.rank.Rank(&j))
 			}
 		}
 	}
@@ -256,12 +259,13 @@ func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partia
 		if t.phase != PhasePending || t.dropped {
 			continue
 		}
-		h := ps.heads[t.ej.Account]
+		h := ps.heads[t.acct]
 		if h == nil {
 			h = &head{}
-			ps.heads[t.ej.Account] = h
+			ps.heads[t.acct] = h
 		}
-		if r := ps.rank.Rank(&t.ej); h.out && h.minOut.Before(r) {
+		j := t.job()
+		if r := ps.rank.Rank(&j); h.out && h.minOut.Before(r) {
 			ps.out = append(ps.out, t)
 		} else {
 			include(t, h, r)
@@ -275,10 +279,10 @@ func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partia
 		}
 	}
 	// Sorted as pointers: an engine.Job is a few hundred bytes to swap.
-	slices.SortFunc(incl, func(a, b *tracked) int { return cmp.Compare(a.ej.ID, b.ej.ID) })
+	slices.SortFunc(incl, func(a, b *tracked) int { return cmp.Compare(a.jid, b.jid) })
 	pending := make([]engine.Job, len(incl))
 	for i, t := range incl {
-		pending[i] = t.ej
+		pending[i] = t.job()
 	}
 	running := make([]engine.Running, 0, len(s.active))
 	for _, t := range s.active {
@@ -321,7 +325,7 @@ func (h *head) leftOut() func(yield func(*tracked) bool) {
 func (s *Scheduler) partialValidLocked(plan engine.Plan, ps *partialSet) bool {
 	excluded := map[string]bool{}
 	for _, t := range ps.out {
-		excluded[t.ej.Account] = true
+		excluded[t.acct] = true
 	}
 	for a, h := range ps.heads {
 		if h.left() > 0 {
@@ -388,12 +392,16 @@ func (s *Scheduler) partialValidLocked(plan engine.Plan, ps *partialSet) bool {
 	for _, p := range plan.Placements {
 		if t, ok := s.jobs_[p.JobID]; ok {
 			n := &nodes[at[p.Node]]
-			n.Allocated = n.Allocated.Add(t.ej.Request)
+			n.Allocated = n.Allocated.Add(t.request)
 		}
 	}
 	fit := engine.NewFitter(nodes)
 	mayRun := func(t *tracked) bool {
-		return !heldByAccount(t, overShare, quotaHeld) && fit.Fits(&t.ej) && !refusedAsBefore(t, noRoom)
+		if heldByAccount(t, overShare, quotaHeld) {
+			return false
+		}
+		j := t.job()
+		return fit.Fits(&j) && !refusedAsBefore(&j, noRoom)
 	}
 	for _, t := range ps.out {
 		if mayRun(t) {
@@ -427,9 +435,12 @@ type noRoomJob struct {
 // account) found none, and it asks for no less (engine.NoEasier). Mostly
 // jobs of unknown length that the reservation blocks, as it blocked their
 // like.
-func refusedAsBefore(t *tracked, noRoom []noRoomJob) bool {
+func refusedAsBefore(j *engine.Job, noRoom []noRoomJob) bool {
 	for _, y := range noRoom {
-		if (y.early || y.t.ej.Account == t.ej.Account) && engine.NoEasier(&t.ej, &y.t.ej) {
+		if !y.early && y.t.acct != j.Account {
+			continue
+		}
+		if yj := y.t.job(); engine.NoEasier(j, &yj) {
 			return true
 		}
 	}
@@ -442,12 +453,12 @@ func refusedAsBefore(t *tracked, noRoom []noRoomJob) bool {
 // (the included ones go first) asked for no more in any dimension (the
 // allocations only grow during a cycle).
 func heldByAccount(t *tracked, overShare map[string]bool, quotaHeld map[string][]*tracked) bool {
-	a := t.ej.Account
+	a := t.acct
 	if overShare[a] {
 		return true
 	}
 	for _, y := range quotaHeld[a] {
-		if y.ej.MIGProfile == t.ej.MIGProfile && y.ej.StorageTier == t.ej.StorageTier && y.ej.Request.Fits(t.ej.Request) {
+		if y.migProfile() == t.migProfile() && y.storageTier() == t.storageTier() && y.request.Fits(t.request) {
 			return true
 		}
 	}

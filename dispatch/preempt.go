@@ -127,9 +127,9 @@ func (s *Scheduler) takeEvictionsLocked(plan *engine.Plan) ([]Eviction, map[stri
 			continue
 		}
 		mode := engine.ResolveMode(e.Mode, s.modesLocked(e.Node))
-		ev := Eviction{JobID: e.JobID, Preemptor: e.Preemptor, Node: e.Node, Account: v.ej.Account, Priority: v.ej.Priority,
+		ev := Eviction{JobID: e.JobID, Preemptor: e.Preemptor, Node: e.Node, Account: v.acct, Priority: int(v.priority),
 			Policy: e.Policy, Mode: mode, Reason: e.Reason, At: plan.Now}
-		if want := cmp.Or(v.ej.PreemptMode, s.cfg.Preemption.DefaultMode, engine.ModeRequeue); want == engine.ModeSuspend && mode != want {
+		if want := cmp.Or(v.preemptMode(), s.cfg.Preemption.DefaultMode, engine.ModeRequeue); want == engine.ModeSuspend && mode != want {
 			ev.Reason += fmt.Sprintf("; suspend not possible: node %s's provider cannot suspend (%s instead)", e.Node, mode)
 		}
 		ev.LostWork = s.lostWorkLocked(v, mode, plan.Now)
@@ -232,7 +232,7 @@ func (s *Scheduler) explainPreemptors(ctx context.Context, evs []Eviction) error
 		var e engine.Explanation
 		if ok && t.hold != nil {
 			e = t.hold.expl
-			t.explained, t.explAt = explainKey{reason: e.Reason, pos: e.Position, placed: e.Placed}, now
+			t.explained, t.explAt = explainKey{reason: e.Reason, pos: int32(e.Position), placed: e.Placed}, now.UnixNano()
 		}
 		s.mu.Unlock()
 		if !ok || e.JobID == "" {
@@ -300,7 +300,7 @@ func (s *Scheduler) placeWaitingLocked(now time.Time) ([]pool.Assignment, []*tra
 		t.hold = nil
 		delete(s.waiting, id)
 		s.replan = true
-		if err := s.ledger.ApplyAt(t.ej, h.p, now); err != nil {
+		if err := s.ledger.ApplyAt(t.job(), h.p, now); err != nil {
 			s.stats.refusedApply++
 			s.log.Warn("preemptor's placement refused by the ledger", "job", id, "node", h.p.Node, "err", err)
 			continue
@@ -387,7 +387,7 @@ func (s *Scheduler) mayPreemptLocked() bool {
 		return false
 	}
 	for _, t := range s.added {
-		if t.phase == PhasePending && t.ej.GangID == "" && t.ej.Priority >= s.cfg.Preemption.MinPreemptorLevel {
+		if t.phase == PhasePending && t.gangID == "" && int(t.priority) >= s.cfg.Preemption.MinPreemptorLevel {
 			return true
 		}
 	}

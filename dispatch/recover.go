@@ -246,14 +246,14 @@ func (s *Scheduler) hold(t *tracked, node string, gpus, mig []string, numa int, 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := engine.Placement{JobID: t.id(), Node: node, GPUs: gpus, MIG: mig, NUMA: numa}
-	err := s.ledger.ApplyAt(t.ej, p, t.started)
+	err := s.ledger.ApplyAt(t.job(), p, t.started)
 	if err != nil && phase == PhaseAssigned {
 		return false
 	}
 	if err != nil {
 		var ae *engine.ApplyError
 		if errors.As(err, &ae) && ae.Code != engine.ApplyDuplicate {
-			s.ledger.Restore(t.ej, p, t.started)
+			s.ledger.Restore(t.job(), p, t.started)
 		}
 	}
 	t.phase = phase

@@ -297,7 +297,7 @@ func skipHistory(t *testing.T, seed uint64) (checked, planned int) {
 		by := map[string]int{}
 		for _, t := range h.s.jobs_ {
 			if t.phase == PhasePending {
-				by[t.ej.Account]++
+				by[t.acct]++
 			}
 		}
 		if !maps.Equal(by, h.s.pendingBy) {

@@ -28,57 +28,6 @@ const (
 	PhaseRunning  Phase = "running"  // the agent started it
 )
 
-// tracked is one job the scheduler knows about. Owned by the Run
-// goroutine; readers get copies through methods that take s.mu.
-//
-// It keeps only what scheduling needs, not the job record: the engine's
-// view of the request (ej.ID is the job ID, ej.TimeLimit the spec's
-// timeout), and nothing else of the command, arguments, environment or
-// payload (the agent reads those from the record). Repeated strings are
-// interned (internTable). A pending job costs about 650 B here, with its
-// explanation in the last plan (TestPendingMemory).
-type tracked struct {
-	ej          engine.Job
-	accepted    float64 // the record's accepted_at (gang timeout)
-	requeueLost bool    // Spec.RequeueLost
-	phase       Phase
-	placement   *providers.Placement // assigned or running: where; nil while pending
-	started     time.Time            // running: when it started; assigned: when assigned
-	explained   explainKey
-	explAt      time.Time
-	// evicting: an eviction of this running job was ordered (it is no
-	// candidate again); hold: this pending job waits for its victims to
-	// end (see preempt.go).
-	evicting *Eviction
-	hold     *preemptHold
-	// suspended: a running job its agent paused in place (an eviction in
-	// suspend mode); the ledger holds only its pin (suspend.go).
-	// resuming: a resume order was sent; the record still says suspended
-	// until the agent has resumed it.
-	suspended bool
-	resuming  bool
-	dropped   bool // forgotten (dropLocked): no longer in jobs_
-	inOrder   bool // in the last full plan's queues (partial.go)
-	pos       int  // its position in the last full plan's order (partial.go)
-}
-
-// id is the job's ID.
-func (t *tracked) id() string { return t.ej.ID }
-
-// node is where an assigned or running job is ("" while pending).
-func (t *tracked) node() string {
-	if t.placement == nil {
-		return ""
-	}
-	return t.placement.Node
-}
-
-type explainKey struct {
-	reason engine.Code
-	pos    int
-	placed bool
-}
-
 // Scheduler is one term of the pool's scheduler: it acts for one fencing
 // epoch and stops (Run returns) when that epoch is deposed.
 type Scheduler struct {
@@ -134,7 +83,8 @@ type Scheduler struct {
 	ended     []engine.Running
 	state     engine.State
 	cycle     uint64
-	plan      engine.Plan // the last plan, without its Rejected (see explanations)
+	plan      engine.Plan  // the last full plan, without its Rejected and Explanations
+	expl      explanations // that plan's explanations (explain.go)
 	stats     counters
 	// replan: the engine's input changed since the last plan (besides the
 	// time); plannedAt: that plan's Now. See schedule.
@@ -396,8 +346,7 @@ func (s *Scheduler) track(j jobs.Job) (*tracked, *wire.Error) {
 	ej := EngineJob(j, sub, s.cfg.StorageTier)
 	ej.TimeLimit = spec.Timeout
 	ej.NonPreemptible, ej.PreemptMode = spec.NonPreemptible, spec.PreemptMode
-	s.intern.job(&ej)
-	return &tracked{ej: ej, accepted: j.AcceptedAt, requeueLost: spec.RequeueLost, phase: PhasePending}, nil
+	return &tracked{jobCore: s.intern.compactJob(ej), accepted: j.AcceptedAt, requeueLost: spec.RequeueLost, phase: PhasePending}, nil
 }
 
 // addPending puts a queued job in the engine (once).
@@ -422,7 +371,7 @@ func (s *Scheduler) addPending(ctx context.Context, j jobs.Job) {
 	s.newIDs = append(s.newIDs, t.id())
 	s.countPendingLocked(t, 1)
 	s.stats.submitted++
-	if t.ej.GangID != "" {
+	if t.gangID != "" {
 		s.replan = true // it may complete its gang
 	} else {
 		s.added = append(s.added, t) // see schedule
@@ -467,7 +416,7 @@ func (s *Scheduler) activeLocked(t *tracked) {
 // gangJobsLocked adds d to the count of gang members when t is one (s.mu
 // held).
 func (s *Scheduler) gangJobsLocked(t *tracked, d int) {
-	if t.ej.GangID != "" && t.ej.GangSize > 1 {
+	if t.gangID != "" && t.gangSize > 1 {
 		s.gangN += d
 	}
 }
@@ -478,9 +427,9 @@ func (s *Scheduler) countPendingLocked(t *tracked, d int) {
 	s.pendingN += d
 	if t.inOrder {
 		s.orderPending += d
-		s.queues[t.ej.Account].pending += d
+		s.queues[t.acct].pending += d
 	}
-	a := t.ej.Account
+	a := t.acct
 	if s.pendingBy[a] += d; s.pendingBy[a] <= 0 {
 		delete(s.pendingBy, a)
 	}
@@ -498,7 +447,7 @@ func (s *Scheduler) dropLocked(t *tracked, ended time.Time) {
 	} else {
 		s.ledger.Release(t.id())
 		if t.phase == PhaseRunning && !t.started.IsZero() {
-			s.ended = append(s.ended, engine.Running{Job: t.ej, Node: t.node(), Started: t.started, Ended: ended})
+			s.ended = append(s.ended, engine.Running{Job: t.job(), Node: t.node(), Started: t.started, Ended: ended})
 		}
 		s.freed = true // room for the head of the queue (partial.go)
 	}
@@ -533,7 +482,7 @@ func (s *Scheduler) applyReports(ctx context.Context, rs []pool.Report) error {
 			if s.cfg.Preemption.Enabled() {
 				s.replan = true // a started job may be a victim now (an assigned one is none)
 			}
-			s.stats.waitSum += max(0, now.Sub(t.ej.Submitted).Seconds())
+			s.stats.waitSum += max(0, now.Sub(t.submittedAt()).Seconds())
 			s.stats.waitN++
 		case r.Event == pool.EventEnded && t.phase != PhasePending:
 			st := wire.JobStatus(r.Status)
@@ -568,7 +517,7 @@ func (s *Scheduler) countEndLocked(t *tracked, st wire.JobStatus, now time.Time)
 		s.stats.failed++
 	}
 	if !t.started.IsZero() {
-		s.stats.turnSum += max(0, now.Sub(t.ej.Submitted).Seconds())
+		s.stats.turnSum += max(0, now.Sub(t.submittedAt()).Seconds())
 		s.stats.turnN++
 	}
 }
@@ -794,6 +743,8 @@ func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 		s.mu.Lock()
 		s.plan = plan
 		s.plan.Rejected = nil // used below only; the explanations say the same
+		s.plan.Explanations = nil
+		s.expl = holdExplanations(plan.Explanations)
 		s.explainMore = true
 		s.noteFullPlanLocked(plan)
 	} else if len(s.added) > 0 {
@@ -835,7 +786,7 @@ func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 			s.replan = true // the room there is a preemptor's: placed again next cycle
 			continue
 		}
-		if err := s.ledger.ApplyAt(t.ej, p, snap.Now); err != nil {
+		if err := s.ledger.ApplyAt(t.job(), p, snap.Now); err != nil {
 			s.stats.refusedApply++
 			s.replan = true // placed again next cycle
 			s.log.Warn("placement refused by the ledger", "job", p.JobID, "node", p.Node, "err", err)
@@ -950,7 +901,7 @@ func (s *Scheduler) canSkipLocked() bool {
 		}
 		s.nodeBuf = s.ledger.SnapshotInto(s.nodeBuf, nil)
 		for _, t := range s.added {
-			if t.phase == PhasePending && engine.FitsNow(s.nodeBuf, t.ej) {
+			if t.phase == PhasePending && engine.FitsNow(s.nodeBuf, t.job()) {
 				return false
 			}
 		}
@@ -975,7 +926,7 @@ func (s *Scheduler) stuckLocked(plan engine.Plan) bool {
 		}
 		switch e.Reason {
 		case engine.ReasonNoFit, engine.ReasonReserved:
-			if t, ok := s.jobs_[e.JobID]; !ok || t.ej.GangID != "" {
+			if t, ok := s.jobs_[e.JobID]; !ok || t.gangID != "" {
 				return false
 			}
 		case engine.ReasonQuota, engine.ReasonOverShare, engine.ReasonGangIncomplete:
@@ -995,7 +946,7 @@ func (s *Scheduler) snapshotLocked() engine.Snapshot {
 		t := s.jobs_[id]
 		if t.phase == PhasePending {
 			if t.hold == nil { // a preemptor waiting for its victims is not planned again
-				pending = append(pending, t.ej)
+				pending = append(pending, t.job())
 			}
 			continue
 		}
@@ -1013,7 +964,7 @@ func (s *Scheduler) runningLocked(t *tracked) (engine.Running, bool) {
 	if t.suspended {
 		return engine.Running{}, false
 	}
-	r := engine.Running{Job: t.ej, Started: t.started}
+	r := engine.Running{Job: t.job(), Started: t.started}
 	r.LastCheckpoint = s.lastCheckpointLocked(t.id())
 	r.PreemptModes = s.modesLocked(t.node())
 	if t.phase != PhaseRunning || t.evicting != nil {
@@ -1126,14 +1077,14 @@ func (s *Scheduler) incompleteGangs(now time.Time) []engine.Rejection {
 	}
 	gangs := map[string]*gang{}
 	for _, t := range s.jobs_ {
-		if t.ej.GangID == "" || t.ej.GangSize <= 1 {
+		if t.gangID == "" || t.gangSize <= 1 {
 			continue
 		}
-		key := t.ej.Account + "\x00" + t.ej.GangID
+		key := t.acct + "\x00" + t.gangID
 		g := gangs[key]
 		at := epochTime(t.accepted)
 		if g == nil {
-			g = &gang{size: t.ej.GangSize, first: at}
+			g = &gang{size: int(t.gangSize), first: at}
 			gangs[key] = g
 		}
 		g.members++

@@ -213,9 +213,9 @@ func (s *Scheduler) FairShares() []FairShareView {
 	running, pending := map[string]int{}, map[string]int{}
 	for _, t := range s.jobs_ {
 		if t.phase == PhasePending {
-			pending[t.ej.Account]++
+			pending[t.acct]++
 		} else {
-			running[t.ej.Account]++
+			running[t.acct]++
 		}
 	}
 	s.mu.Unlock()

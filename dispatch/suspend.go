@@ -91,9 +91,9 @@ func (s *Scheduler) checkSuspendsLocked(plan *engine.Plan, evs []Eviction) {
 		}
 		short := ""
 		switch {
-		case pre.ej.Request[engine.DimMemory] > avail[engine.DimMemory]:
+		case pre.request[engine.DimMemory] > avail[engine.DimMemory]:
 			short = fmt.Sprintf("the preemptor needs %d MiB of memory, %d MiB would be free beside the suspended jobs' memory",
-				pre.ej.Request[engine.DimMemory], avail[engine.DimMemory])
+				pre.request[engine.DimMemory], avail[engine.DimMemory])
 		case slices.ContainsFunc(append(slices.Clone(p.GPUs), p.MIG...), func(d string) bool { return slices.Contains(kept, d) }):
 			short = "the preemptor's devices would stay held by the suspended jobs"
 		}
@@ -119,7 +119,7 @@ func (s *Scheduler) pinLocked(t *tracked) {
 	if a, ok := s.ledger.Release(t.id()); ok {
 		started = a.Started
 	}
-	s.ledger.Restore(pinOf(t.ej), t.enginePlacement(), started)
+	s.ledger.Restore(pinOf(t.job()), t.enginePlacement(), started)
 	s.setSuspendedLocked(t, true)
 	t.resuming = false
 	s.replan = true // its CPU is free
@@ -132,7 +132,7 @@ func (s *Scheduler) unpinLocked(t *tracked) {
 	if a, ok := s.ledger.Release(t.id()); ok {
 		started = a.Started
 	}
-	s.ledger.Restore(t.ej, t.enginePlacement(), started)
+	s.ledger.Restore(t.job(), t.enginePlacement(), started)
 	s.setSuspendedLocked(t, false)
 }
 
@@ -189,7 +189,7 @@ func (s *Scheduler) resumeLocked() []*tracked {
 		}
 	}
 	slices.SortFunc(cands, func(a, b *tracked) int {
-		return cmp.Or(-cmp.Compare(a.ej.Priority, b.ej.Priority), a.started.Compare(b.started), strings.Compare(a.id(), b.id()))
+		return cmp.Or(-cmp.Compare(a.priority, b.priority), a.started.Compare(b.started), strings.Compare(a.id(), b.id()))
 	})
 	var out []*tracked
 	for _, t := range cands {
@@ -199,7 +199,7 @@ func (s *Scheduler) resumeLocked() []*tracked {
 		}
 		pin, ok := s.ledger.Release(t.id())
 		p := t.enginePlacement()
-		if err := s.ledger.ApplyAt(t.ej, p, t.started); err != nil {
+		if err := s.ledger.ApplyAt(t.job(), p, t.started); err != nil {
 			if ok {
 				s.ledger.Restore(pin.Job, p, pin.Started)
 			}

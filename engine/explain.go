@@ -105,6 +105,11 @@ func (c *cycle) explain() {
 	}
 	est := c.estimates(want)
 	c.plan.Explanations = make([]Explanation, 0, len(pend))
+	// Rejected at its final size: grown by appends, a deep queue's
+	// rejections were made two or three times over in one plan.
+	if n := len(pend) - len(c.placements); n > 0 {
+		c.plan.Rejected = make([]Rejection, 0, n)
+	}
 	c.explained = make([]int, len(pend))
 	for _, i := range idx {
 		o := &c.out[i]
