@@ -19,9 +19,9 @@ import (
 // those from the record). A deep queue is mostly tracked jobs, so the
 // layout is compact: what varies per job inline, what a template or a
 // request's placement wishes repeat shared (jobShape), times as Unix
-// nanoseconds, flags together. A pending job costs about 300 B here
-// (288 B this struct, the rest its map entry), plus its share of the last
-// full plan's explanations (TestPendingMemory).
+// nanoseconds, flags together. A pending job costs about 400 B (this
+// struct's 288, its ID, its map entries) plus its 128 B explanation from
+// the last full plan: 525 B in TestPendingMemory.
 type tracked struct {
 	jobCore
 	accepted  float64              // the record's accepted_at (gang timeout)
