@@ -144,14 +144,8 @@ func holdExplanations(es []engine.Explanation) explanations {
 		if !e.EstStart.IsZero() {
 			h.estStart = e.EstStart.UnixNano()
 		}
-		for _, b := range []struct {
-			on   bool
-			flag uint8
-		}{{e.Placed, heldPlaced}, {f.HasDeadline, heldHasDeadline}, {f.DeadlineMiss, heldDeadlineMiss}, {f.Guaranteed, heldGuaranteed}} {
-			if b.on {
-				h.flags |= b.flag
-			}
-		}
+		h.flags = flagIf(e.Placed, heldPlaced) | flagIf(f.HasDeadline, heldHasDeadline) |
+			flagIf(f.DeadlineMiss, heldDeadlineMiss) | flagIf(f.Guaranteed, heldGuaranteed)
 		if e.Node != "" || len(e.Evicts) > 0 {
 			if x.placed == nil {
 				x.placed = map[int]placedExpl{}
@@ -161,6 +155,13 @@ func holdExplanations(es []engine.Explanation) explanations {
 		x.held[i] = h
 	}
 	return x
+}
+
+func flagIf(on bool, f uint8) uint8 {
+	if on {
+		return f
+	}
+	return 0
 }
 
 // at is the i-th explanation as the engine gave it, its EstStart as

@@ -1,9 +1,6 @@
 package dispatch
 
 import (
-	"maps"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/computeboard/computeboard/engine"
@@ -24,8 +21,8 @@ import (
 // the last full plan: 525 B in TestPendingMemory.
 type tracked struct {
 	jobCore
-	accepted  float64              // the record's accepted_at (gang timeout)
-	phase     Phase                //
+	accepted  float64 // the record's accepted_at (gang timeout)
+	phase     Phase
 	placement *providers.Placement // assigned or running: where; nil while pending
 	started   time.Time            // running: when it started; assigned: when assigned
 	explained explainKey           // the explanation last published
@@ -67,76 +64,33 @@ type jobCore struct {
 }
 
 // jobShape is the part of an engine.Job that templates and placement
-// wishes repeat across many jobs. Shared and never modified.
+// wishes repeat across many jobs (internTable.shape). Shared and never
+// modified.
 type jobShape struct {
+	shapeFields
+	nodeSelector map[string]string
+}
+
+type shapeFields struct {
 	gpuModel, migProfile, storageTier string
-	nodeSelector                      map[string]string
 	strategy                          engine.Strategy
 	preemptMode                       engine.EvictionMode
 	numaLocal, nonPreemptible         bool
 }
 
-// shapeKey is a jobShape as a map key (the selector as its canonical text).
-type shapeKey struct {
-	gpuModel, migProfile, storageTier, selector string
-	strategy                                    engine.Strategy
-	preemptMode                                 engine.EvictionMode
-	numaLocal, nonPreemptible                   bool
-}
-
-// compactJob is j as a jobCore, its strings and shape shared through it.
+// compactJob is j as a jobCore, its account and shape shared through it.
 // j.PreemptModes is not kept: a pending job never has them (the dispatcher
 // sets them on running copies, runningLocked).
 func (it *internTable) compactJob(j engine.Job) jobCore {
 	c := jobCore{
 		jid: j.ID, acct: it.str(j.Account), request: j.Request,
 		submitted: j.Submitted.UnixNano(), estDuration: j.EstDuration, timeLimit: j.TimeLimit,
-		gangID: j.GangID, gangSize: int32(j.GangSize), priority: int32(j.Priority),
+		gangID: j.GangID, gangSize: int32(j.GangSize), priority: int32(j.Priority), shape: it.shape(&j),
 	}
 	if !j.Deadline.IsZero() {
 		c.deadline = j.Deadline.UnixNano()
 	}
-	k := shapeKey{
-		gpuModel: j.GPUModel, migProfile: j.MIGProfile, storageTier: j.StorageTier,
-		selector: selectorKey(j.NodeSelector), strategy: j.Strategy, preemptMode: j.PreemptMode,
-		numaLocal: j.NUMALocal, nonPreemptible: j.NonPreemptible,
-	}
-	if k == (shapeKey{}) {
-		return c
-	}
-	if sh, ok := it.shapes[k]; ok {
-		c.shape = sh
-		return c
-	}
-	sh := &jobShape{
-		gpuModel: it.str(j.GPUModel), migProfile: it.str(j.MIGProfile), storageTier: it.str(j.StorageTier),
-		nodeSelector: it.selector(j.NodeSelector), strategy: j.Strategy, preemptMode: j.PreemptMode,
-		numaLocal: j.NUMALocal, nonPreemptible: j.NonPreemptible,
-	}
-	if it.shapes == nil {
-		it.shapes = map[shapeKey]*jobShape{}
-	}
-	if len(it.shapes) < internLimit {
-		it.shapes[k] = sh
-	}
-	c.shape = sh
 	return c
-}
-
-// selectorKey is m's canonical text: its sorted k=v pairs, each ended by
-// a NUL ("" for an empty selector).
-func selectorKey(m map[string]string) string {
-	if len(m) == 0 {
-		return ""
-	}
-	var b strings.Builder
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(m[k])
-		b.WriteByte(0)
-	}
-	return b.String()
 }
 
 // job is the engine's view of the job: what compactJob was given, less
