@@ -219,3 +219,22 @@ func BenchmarkNewJobCycle(b *testing.B) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 	b.ReportMetric(100*float64(cpu)/float64(b.N)/float64(200*time.Millisecond), "%core")
 }
+
+// BenchmarkFullPlan: one full re-plan (every FullReplan) over 10,000
+// pending jobs that cannot start on a full pool: the snapshot, the engine
+// run and the explanations kept. Its allocations are the adapter's
+// memory peak with a deep queue (the heap grows to twice its live size
+// around them).
+func BenchmarkFullPlan(b *testing.B) {
+	h, _ := deepQueue(b, 10000)
+	b.ReportAllocs()
+	for b.Loop() {
+		h.clk.Advance(h.s.cfg.FullReplan)
+		if _, err := h.s.schedule(h.ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if got := len(h.s.expl.held); got != 10000 {
+		b.Fatalf("the plan explains %d jobs, want all 10000", got)
+	}
+}
