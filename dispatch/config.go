@@ -99,6 +99,13 @@ type Config struct {
 	Logger        *slog.Logger
 	// Notify is called (never blocking) when the figures changed.
 	Notify func()
+	// AfterFullPlan, if set, is called on the Run goroutine after each
+	// full plan (every FullReplan, and whenever a partial plan cannot
+	// serve) with the number of pending jobs it planned, once the plan's
+	// working data is garbage: the adapter returns that memory to the OS
+	// after a deep queue's plan (see internal/adapter). It must not block
+	// for long: the next cycle waits for it.
+	AfterFullPlan func(pending int)
 }
 
 func (c *Config) fill() error {

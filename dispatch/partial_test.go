@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -310,4 +311,50 @@ func queuedOnOneNode(tb testing.TB, n int) *harness {
 	}
 	h.mustCycle()
 	return h
+}
+
+// TestAfterFullPlan: Config.AfterFullPlan hears of every full plan, with
+// the number of jobs it planned, and of no partial plan (the adapter
+// releases a deep queue's plan memory there).
+func TestAfterFullPlan(t *testing.T) {
+	var got []int
+	h := newHarness(t, func(c *Config) { c.AfterFullPlan = func(n int) { got = append(got, n) } })
+	h.nodes.add(cpuNode("n", 8, 65536))
+	for i := range 400 {
+		h.submit(h.newJob(fmt.Sprintf("j%04d", i), 1, 1))
+	}
+	h.mustCycle() // the first plan is a full one: 8 placed
+	if !slices.Equal(got, []int{400}) {
+		t.Fatalf("after the first plan: AfterFullPlan heard %v, want [400]", got)
+	}
+	for _, a := range h.orders.allAssigned() {
+		h.agentStart(a.JobID)
+	}
+	h.mustCycle()
+	for range 3 { // an end, and the partial plan that starts the next job
+		for _, a := range h.orders.allAssigned() {
+			if p, ok := h.phase(a.JobID); ok && p == PhaseRunning && h.store.rec(a.JobID).Status == wire.JobRunning {
+				h.agentEnd(a.JobID, wire.JobSucceeded)
+				break
+			}
+		}
+		before := h.s.stats.partial
+		h.mustCycle()
+		if h.s.stats.partial != before+1 {
+			t.Fatalf("an end made no partial plan (%d partial plans)", h.s.stats.partial)
+		}
+		for _, a := range h.orders.allAssigned() {
+			if p, ok := h.phase(a.JobID); ok && p == PhaseAssigned && h.store.rec(a.JobID).Status == wire.JobQueued {
+				h.agentStart(a.JobID)
+			}
+		}
+	}
+	if !slices.Equal(got, []int{400}) {
+		t.Fatalf("after partial plans: AfterFullPlan heard %v, want [400] still", got)
+	}
+	h.clk.Advance(h.s.cfg.FullReplan)
+	h.mustCycle()
+	if !slices.Equal(got, []int{400, 389}) { // 8 + 3 placed
+		t.Fatalf("after FullReplan: AfterFullPlan heard %v, want [400 389]", got)
+	}
 }

@@ -54,6 +54,10 @@ type Scheduler struct {
 	lastNodes   time.Time
 	lastRescan  time.Time
 	explainedAt time.Time
+	// fullPlanned is the number of pending jobs of the full plan the last
+	// schedule made (-1: it made none), for Config.AfterFullPlan. Run
+	// goroutine only.
+	fullPlanned int
 	savedState  time.Time
 	lastSave    time.Time
 	intern      internTable          // the jobs' repeated strings and selectors
@@ -307,7 +311,13 @@ func (s *Scheduler) step(ctx context.Context, reports []pool.Report) error {
 			return err
 		}
 	}
+	s.fullPlanned = -1
 	c, err := s.schedule(ctx)
+	if n := s.fullPlanned; n >= 0 && s.cfg.AfterFullPlan != nil {
+		// Here, not in schedule: the plan and its snapshot are out of
+		// scope, so garbage.
+		s.cfg.AfterFullPlan(n)
+	}
 	if err != nil {
 		return err
 	}
@@ -747,6 +757,7 @@ func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 		s.expl = holdExplanations(plan.Explanations)
 		s.explainMore = true
 		s.noteFullPlanLocked(plan)
+		s.fullPlanned = len(snap.Pending)
 	} else if len(s.added) > 0 {
 		s.unexplained = true // a partial plan explains nothing: see canSkipLocked
 	}
