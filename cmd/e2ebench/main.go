@@ -38,7 +38,11 @@
 //     part=pending reports that CPU, and the growth (from before the
 //     requests to after the sample) of Redis's used_memory, of the
 //     adapter's VmRSS (/proc/<pid>/status) and of its Go heap
-//     (go_memstats_heap_alloc_bytes on /metrics) per pending job; a 10 s
+//     (go_memstats_heap_alloc_bytes on /metrics) per pending job, with
+//     the least and the most VmRSS of the sample (read twice a second,
+//     and the most also from VmHWM, the kernel's peak, reset at the
+//     sample's start through /proc/<pid>/clear_refs, so that a peak of a
+//     few milliseconds, a full plan's, is not missed); a 10 s
 //     sample may or may not hold one of the scheduler's 30 s rescans of
 //     the active records (-secs 30 always holds one);
 //     part=pending-redis shows where Redis's bytes went (MEMORY USAGE of the
@@ -745,18 +749,21 @@ func usedMemory(ctx context.Context, rdb *redis.Client) (int64, error) {
 }
 
 // vmRSS is the resident set of process pid, in bytes.
-func vmRSS(pid int) (int64, error) {
+func vmRSS(pid int) (int64, error) { return vmStatus(pid, "VmRSS") }
+
+// vmStatus is field (VmRSS, VmHWM) of process pid's /proc status, in bytes.
+func vmStatus(pid int, field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for l := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			return kb << 10, err
 		}
 	}
-	return 0, fmt.Errorf("/proc/%d/status has no VmRSS", pid)
+	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
 }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on
@@ -841,9 +848,14 @@ type rssRange struct{ lo, hi int64 }
 // cpuAndRSS is cpuPercent, with the process's resident set read twice a
 // second meanwhile: with work in flight (garbage not yet collected, or
 // freed pages not yet returned) one reading is a point in a swing, so the
-// range is printed beside it.
+// range is printed beside it. Its top is the kernel's peak over the
+// sample (VmHWM) where it could be reset at the start.
 func cpuAndRSS(ctx context.Context, pid int, secs float64) (float64, rssRange, error) {
 	r := rssRange{lo: math.MaxInt64}
+	// "5" resets the peak resident set (VmHWM) to the current one (Linux
+	// 4.0 and later; the process is this user's): read after the sample,
+	// it is the sample's peak, however short.
+	peak := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0) == nil
 	done := make(chan struct{})
 	sampled := make(chan struct{})
 	go func() { // ends with done
@@ -864,6 +876,9 @@ func cpuAndRSS(ctx context.Context, pid int, secs float64) (float64, rssRange, e
 	pct, err := cpuPercent(ctx, pid, secs)
 	close(done)
 	<-sampled
+	if hwm, herr := vmStatus(pid, "VmHWM"); peak && herr == nil {
+		r.hi = max(r.hi, hwm)
+	}
 	return pct, r, err
 }
 
