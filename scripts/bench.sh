@@ -15,7 +15,10 @@
 # same program (E2E_LATENCY_N, default 200), and Redis bytes, adapter RSS
 # and CPU with E2E_PENDING (default 10000) unplaceable pending jobs against
 # asynq's pending tasks and an idle adapter (CPU sampled over E2E_SECS,
-# default 10).
+# default 10); then the local provider alone (go test ./providers/local
+# -bench StartToExit: E2E_N trivial tasks through its supervisor server,
+# with a cgroup per task and without, against /bin/true run straight), the
+# floor of the end-to-end figure.
 # BENCH_ONLY=slurm runs only the Slurm provider part (cmd/providerbench: a
 # real single-node Slurm with slurmrestd, started for the run; needs root
 # and the Slurm packages): SLURM_N (default 200) trivial jobs (on a node of 256 slots: all can start at once) submitted by
@@ -42,6 +45,12 @@ run() { # name, package, pattern, benchtime
   echo "== $1: go test $2 -bench '$3' -benchtime $4" >&2
   $GO test "$2" -run '^$' -bench "$3" -benchtime "$4" -count 1 -timeout 30m | tee "$out/$1.txt" >&2
 }
+
+# metric FILE NAME-REGEX UNIT: the value of UNIT on the first matching line.
+metric() {
+  awk -v re="$2" -v unit="$3" '$1 ~ re { for (i = 3; i < NF; i++) if ($(i+1) == unit) { print $i; exit } }' "$1"
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1f%%", 100 * a / b; else print "n/a" }'; }
 
 durable() { # post→durable job (cmd/cbbench) against asynq (bench/peers/asynq), same Redis, same run
   local bin=$PWD/$out/bin
@@ -106,6 +115,9 @@ e2erun() { # a real adapter end to end (cmd/e2ebench), next to fork/exec and asy
   kill "$e2e_pid"; wait "$e2e_pid" 2>/dev/null || true
   rm -rf "$e2e_dir"
   trap - EXIT
+  # The local provider alone (no Redis, no scheduler, no agent): its floor
+  # for the figure above, next to /bin/true run straight, same run.
+  run provider ./providers/local 'StartToExit/^(bin-true|cb-supervisor-server|cb-supervisor-server-unconfined)$' "${E2E_N}x"
 }
 
 slurmrun() { # computeboard over Slurm (cmd/providerbench) next to sbatch in a loop, same cluster, same run
@@ -246,7 +258,16 @@ e2e_summary() {
   printf 'e2e adapter CPU with %s unplaceable pending jobs: %s%% of a core over %s s   idle adapter (0 pending, same run): %s%% (goal < 5%%)\n' \
     "$(ekv $c pending pending)" "$(ekv $c pending cpu_pct)" "$(ekv $c pending secs)" "$(ekv $c idle cpu_pct)"
   printf 'e2e Redis bytes per pending job by key:%s\n' "$(grep -E '^side=computeboard part=pending-redis ' "$out/e2e.txt" | sed 's/.*bytes_per_job_by_key://')"
+  local pv=$out/provider.txt t s u
+  t=$(metric "$pv" '^BenchmarkStartToExit/bin-true(-|$)' 'ns/op')
+  s=$(metric "$pv" '^BenchmarkStartToExit/cb-supervisor-server(-[0-9]+)?$' 'ns/op')
+  u=$(metric "$pv" '^BenchmarkStartToExit/cb-supervisor-server-unconfined(-|$)' 'ns/op')
+  printf 'e2e the local provider alone, trivial tasks 8 at a time through its supervisor server (no Redis, scheduler or agent): %s tasks/s with a cgroup per task = %s of /bin/true run straight (%s/s), %s tasks/s unconfined = %s; supervisor and task CPU %s µs per task (/bin/true: %s µs)\n' \
+    "$(persec "$s")" "$(ratio "$t" "$s")" "$(persec "$t")" "$(persec "$u")" "$(ratio "$t" "$u")" \
+    "$(metric "$pv" '^BenchmarkStartToExit/cb-supervisor-server(-[0-9]+)?$' 'child-cpu-us/op')" "$(metric "$pv" '^BenchmarkStartToExit/bin-true(-|$)' 'child-cpu-us/op')"
 }
+# persec NS: a rate per second from nanoseconds per op.
+persec() { awk -v ns="$1" 'BEGIN { if (ns > 0) printf "%.0f", 1e9 / ns; else print "n/a" }'; }
 
 # kv FILE SIDE CLIENTS RATE KEY: the value of KEY on durable.txt's line for that side and load.
 kv() {
@@ -292,11 +313,6 @@ if [ "${BENCH_ONLY:-}" != durable ]; then
 fi
 durable
 
-# metric FILE NAME-REGEX UNIT: the value of UNIT on the first matching line.
-metric() {
-  awk -v re="$2" -v unit="$3" '$1 ~ re { for (i = 3; i < NF; i++) if ($(i+1) == unit) { print $i; exit } }' "$1"
-}
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1f%%", 100 * a / b; else print "n/a" }'; }
 
 echo
 echo "== Summary (same run; ratios against the baseline measured next to it)"
