@@ -237,7 +237,7 @@ func (p *poolMember) runTerm(ctx context.Context, l pool.Leader) error {
 		Clock:         p.clk,
 		Logger:        log.With("component", "scheduler"),
 		Notify:        func() { pub.Notify() },
-		AfterFullPlan: releasePlanMemory,
+		AfterFullPlan: (&planMemory{clk: p.clk, every: cfg.Scheduler.FullReplan.D(), free: debug.FreeOSMemory}).release,
 	}, br, fjs, p.registry, p.channel, fence)
 	if err != nil {
 		return err
@@ -525,21 +525,37 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 var _ providers.Provider = (*fake.Provider)(nil)
 
 // releaseAfterPending is the depth of queue from which a full plan's
-// memory goes back to the OS at once (releasePlanMemory).
+// memory goes back to the OS (planMemory).
 const releaseAfterPending = 1000
 
-// releasePlanMemory returns the memory of a full plan over a deep queue to
-// the OS (a collection, then the free pages released). Such a plan holds
-// about 1.3 KB per pending job live at once (the snapshot's jobs, the
-// engine's per-job arrays, the explanations; BenchmarkFullPlan), beside
-// the scheduler's 525 B. Left to the collector, that peak sets the heap's
-// size, twice the live heap, until the next full plan ten seconds later,
-// and the adapter's resident memory with it: with 10,000 pending jobs,
-// 2.7 KB per job against 0.8–1.6 KB (cmd/e2ebench's pending part, the
-// same runs). The cost is a collection of the live heap every FullReplan
-// (a few milliseconds over 10,000 jobs), on the scheduler's goroutine.
-func releasePlanMemory(pending int) {
-	if pending >= releaseAfterPending {
-		debug.FreeOSMemory()
+// planMemory returns the memory of a full plan over a deep queue to the OS
+// (free: a collection, then the free pages released), at most once every
+// every (the scheduler's full_replan): plans that come more often (a
+// deadline or a gang in the queue makes every cycle a full plan) would
+// make it a collection per cycle. Such a plan holds about 1.3 KB per
+// pending job live at once (the snapshot's jobs, the engine's per-job
+// arrays, the explanations; BenchmarkFullPlan), beside the scheduler's
+// 525 B. Left to the collector, that peak sets the heap's size, twice the
+// live heap, until the next full plan, and the adapter's resident memory
+// with it: with 10,000 pending jobs, 2.7 KB per job against 0.8–1.6 KB
+// (cmd/e2ebench's pending part, the same runs). The cost is a collection
+// of the live heap every full_replan (a few milliseconds over 10,000
+// jobs), on the scheduler's goroutine, the only one that calls release.
+type planMemory struct {
+	clk   clock.Clock
+	every time.Duration
+	free  func()
+	last  time.Time
+}
+
+func (m *planMemory) release(pending int) {
+	if pending < releaseAfterPending {
+		return
 	}
+	now := m.clk.Now()
+	if !m.last.IsZero() && now.Sub(m.last) < m.every {
+		return
+	}
+	m.last = now
+	m.free()
 }
