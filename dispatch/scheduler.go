@@ -60,7 +60,7 @@ type Scheduler struct {
 	fullPlanned int
 	savedState  time.Time
 	lastSave    time.Time
-	intern      internTable          // the jobs' repeated strings and selectors
+	intern      internTable          // the jobs' repeated strings and shapes
 	silentSince map[string]time.Time // nodes gone from the registry: when first missed
 	seenAt      time.Time            // Redis's time at the last successful registry read
 	witnessFrom time.Time            // Redis's time since which this scheduler has watched without a gap

@@ -82,6 +82,7 @@ import (
 
 	"github.com/computeboard/computeboard/blackboard"
 	"github.com/computeboard/computeboard/internal/benchutil"
+	"github.com/computeboard/computeboard/internal/proctimes"
 	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
 )
@@ -404,11 +405,11 @@ func (b *bench) slotSplit(ctx context.Context, stdout io.Writer, store *blackboa
 type cpuUse struct{ adapter, children, redis time.Duration }
 
 func (b *bench) cpuUse(ctx context.Context, pid int) (cpuUse, error) {
-	t, err := procTimes(pid)
+	t, err := proctimes.Read(pid)
 	if err != nil {
 		return cpuUse{}, err
 	}
-	u := cpuUse{adapter: ticks(t[0] + t[1]), children: ticks(t[2]+t[3]) + liveChildrenCPU(pid)}
+	u := cpuUse{adapter: proctimes.Ticks(t[0] + t[1]), children: proctimes.Ticks(t[2]+t[3]) + proctimes.LiveChildren(pid)}
 	info, err := b.rdb.Info(ctx, "cpu").Result()
 	if err != nil {
 		return u, err
@@ -766,67 +767,10 @@ func vmStatus(pid int, field string) (int64, error) {
 	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
 }
 
-// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on
-// every Linux architecture Go runs on.
-const clockTicks = 100
-
-func ticks(t int64) time.Duration { return time.Duration(t) * time.Second / clockTicks }
-
-// liveChildrenCPU is the CPU time so far of pid's children that are alive
-// (not yet in its cutime and cstime): the local provider's supervisor
-// server, which lives on after each job and reaps the jobs itself, and
-// supervisors whose jobs are still running.
-func liveChildrenCPU(pid int) time.Duration {
-	ents, _ := os.ReadDir("/proc")
-	var sum int64
-	for _, e := range ents {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 15 || f[1] != strconv.Itoa(pid) {
-			continue
-		}
-		if t, err := procTimes(child); err == nil {
-			sum += t[0] + t[1] + t[2] + t[3]
-		}
-	}
-	return ticks(sum)
-}
-
-// procTimes is process pid's utime, stime (all its threads), cutime and
-// cstime (its waited-for children), in clock ticks.
-func procTimes(pid int) ([4]int64, error) {
-	var t [4]int64
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return t, err
-	}
-	// The command name may hold spaces: fields count from after its ")",
-	// the first being field 3 (state); utime is field 14.
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 15 {
-		return t, fmt.Errorf("/proc/%d/stat: too few fields", pid)
-	}
-	for i := range t {
-		if t[i], err = strconv.ParseInt(f[11+i], 10, 64); err != nil {
-			return t, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-		}
-	}
-	return t, nil
-}
-
 // cpuPercent samples process pid's CPU time over secs seconds, as a
 // percentage of one core.
 func cpuPercent(ctx context.Context, pid int, secs float64) (float64, error) {
-	t0, err := procTimes(pid)
+	t0, err := proctimes.Read(pid)
 	if err != nil {
 		return 0, err
 	}
@@ -834,11 +778,11 @@ func cpuPercent(ctx context.Context, pid int, secs float64) (float64, error) {
 	if err := sleep(ctx, time.Duration(secs*float64(time.Second))); err != nil {
 		return 0, err
 	}
-	t1, err := procTimes(pid)
+	t1, err := proctimes.Read(pid)
 	if err != nil {
 		return 0, err
 	}
-	used := ticks(t1[0] + t1[1] - t0[0] - t0[1])
+	used := proctimes.Ticks(t1[0] + t1[1] - t0[0] - t0[1])
 	return 100 * used.Seconds() / time.Since(start).Seconds(), nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/computeboard/computeboard/internal/proctimes"
 	"github.com/computeboard/computeboard/providers"
 	"github.com/computeboard/computeboard/providers/local/supervise"
 	"github.com/computeboard/computeboard/providers/providertest"
@@ -175,7 +176,7 @@ func BenchmarkStartToExit(b *testing.B) {
 		var self0, children0 syscall.Rusage
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self0)
 		_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children0)
-		live0 := liveChildrenCPU()
+		live0 := proctimes.LiveChildren(os.Getpid())
 		b.ResetTimer()
 		for range parallel {
 			wg.Go(func() {
@@ -201,7 +202,7 @@ func BenchmarkStartToExit(b *testing.B) {
 		var self1, children1 syscall.Rusage
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self1)
 		_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children1)
-		live1 := liveChildrenCPU()
+		live1 := proctimes.LiveChildren(os.Getpid())
 		cpu := func(a, b syscall.Rusage) float64 {
 			return float64(time.Duration(b.Utime.Nano() + b.Stime.Nano() - a.Utime.Nano() - a.Stime.Nano()).Microseconds())
 		}
@@ -331,30 +332,4 @@ func BenchmarkExecToExit(b *testing.B) {
 			b.ReportMetric(float64(used)/1e3/float64(b.N), "child-cpu-us/op")
 		})
 	}
-}
-
-// liveChildrenCPU is the CPU time so far of this process's children that
-// are alive (not yet in RUSAGE_CHILDREN), with their own waited-for
-// children's: a supervisor server, which reaps its tasks itself. Zero
-// where /proc is not there.
-func liveChildrenCPU() time.Duration {
-	ents, _ := os.ReadDir("/proc")
-	self := strconv.Itoa(os.Getpid())
-	var ticks int64
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 15 || f[1] != self { // f[1]: the parent's pid
-			continue
-		}
-		for _, v := range f[11:15] { // utime, stime, cutime, cstime
-			n, _ := strconv.ParseInt(v, 10, 64)
-			ticks += n
-		}
-	}
-	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }
