@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"iter"
 	"math"
 	"time"
 
@@ -131,30 +132,39 @@ type placedExpl struct {
 	evicts []string
 }
 
-// holdExplanations keeps es compact.
-func holdExplanations(es []engine.Explanation) explanations {
-	x := explanations{held: make([]heldExpl, len(es))}
-	for i, e := range es {
-		f := e.Factors
-		h := heldExpl{
-			id: e.JobID, account: e.Account, message: e.Message, reason: e.Reason,
-			priority: e.Priority, ageHours: f.AgeHours, age: f.Age, fairShare: f.FairShare, urgency: f.Urgency,
-			slack: f.Slack, pos: int32(e.Position), level: int16(f.Level),
-		}
-		if !e.EstStart.IsZero() {
-			h.estStart = e.EstStart.UnixNano()
-		}
-		h.flags = flagIf(e.Placed, heldPlaced) | flagIf(f.HasDeadline, heldHasDeadline) |
-			flagIf(f.DeadlineMiss, heldDeadlineMiss) | flagIf(f.Guaranteed, heldGuaranteed)
-		if e.Node != "" || len(e.Evicts) > 0 {
-			if x.placed == nil {
-				x.placed = map[int]placedExpl{}
-			}
-			x.placed[i] = placedExpl{node: e.Node, evicts: e.Evicts}
-		}
-		x.held[i] = h
+// add keeps e, the next explanation in the plan's order, compact. The
+// engine hands a full plan's explanations to add one at a time
+// (engine.ScheduleEach), so that they are held once, in this form.
+func (x *explanations) add(e *engine.Explanation) {
+	f := &e.Factors
+	h := heldExpl{
+		id: e.JobID, account: e.Account, message: e.Message, reason: e.Reason,
+		priority: e.Priority, ageHours: f.AgeHours, age: f.Age, fairShare: f.FairShare, urgency: f.Urgency,
+		slack: f.Slack, pos: int32(e.Position), level: int16(f.Level),
 	}
-	return x
+	if !e.EstStart.IsZero() {
+		h.estStart = e.EstStart.UnixNano()
+	}
+	h.flags = flagIf(e.Placed, heldPlaced) | flagIf(f.HasDeadline, heldHasDeadline) |
+		flagIf(f.DeadlineMiss, heldDeadlineMiss) | flagIf(f.Guaranteed, heldGuaranteed)
+	if e.Node != "" || len(e.Evicts) > 0 {
+		if x.placed == nil {
+			x.placed = map[int]placedExpl{}
+		}
+		x.placed[len(x.held)] = placedExpl{node: e.Node, evicts: e.Evicts}
+	}
+	x.held = append(x.held, h)
+}
+
+// all yields the explanations in order, by index, as at gives them.
+func (x *explanations) all() iter.Seq2[int, engine.Explanation] {
+	return func(yield func(int, engine.Explanation) bool) {
+		for i := range x.held {
+			if !yield(i, x.at(i)) {
+				return
+			}
+		}
+	}
 }
 
 func flagIf(on bool, f uint8) uint8 {

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"cmp"
+	"iter"
 	"slices"
 
 	"github.com/computeboard/computeboard/engine"
@@ -110,7 +111,7 @@ func (h *head) left() int {
 // noteFullPlanLocked keeps what partial plans need of a full plan: each
 // account's unplaced jobs in order, the reservation holder's position,
 // whether the jobs are all plain, and their least request (s.mu held).
-func (s *Scheduler) noteFullPlanLocked(plan engine.Plan) {
+func (s *Scheduler) noteFullPlanLocked(plan engine.Plan, expls iter.Seq2[int, engine.Explanation]) {
 	for _, q := range s.queues {
 		for _, t := range q.jobs {
 			t.inOrder = false
@@ -118,7 +119,7 @@ func (s *Scheduler) noteFullPlanLocked(plan engine.Plan) {
 	}
 	s.queues = map[string]*queue{}
 	s.resvPos, s.orderPending, s.orderPlain = 0, 0, true
-	for i, e := range plan.Explanations {
+	for i, e := range expls {
 		t, ok := s.jobs_[e.JobID]
 		if !ok || e.Placed || t.phase != PhasePending {
 			continue

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"time"
@@ -115,7 +116,7 @@ func orderModeOf(m engine.EvictionMode) string {
 // takeEvictionsLocked records plan's evictions on their victims and
 // returns them with the holds of their preemptors, by preemptor (s.mu
 // held). A victim no longer running where the plan saw it is skipped.
-func (s *Scheduler) takeEvictionsLocked(plan *engine.Plan) ([]Eviction, map[string]*preemptHold) {
+func (s *Scheduler) takeEvictionsLocked(plan *engine.Plan, expls iter.Seq2[int, engine.Explanation]) ([]Eviction, map[string]*preemptHold) {
 	if len(plan.Evictions) == 0 {
 		return nil, nil
 	}
@@ -142,7 +143,7 @@ func (s *Scheduler) takeEvictionsLocked(plan *engine.Plan) ([]Eviction, map[stri
 		h.victims = append(h.victims, e.JobID)
 		evs = append(evs, ev)
 	}
-	for _, ex := range plan.Explanations {
+	for _, ex := range expls {
 		if h := holds[ex.JobID]; h != nil {
 			h.expl = ex
 		}

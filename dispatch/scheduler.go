@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"maps"
 	"slices"
@@ -747,19 +748,33 @@ func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 		s.plannedAt = snap.Now
 		s.unexplained = false
 		s.mu.Unlock()
+		// The explanations go straight into their compact form, and only
+		// the final rejections are kept (those are acted on below): a
+		// deep queue's plan then never holds every one twice.
+		x := explanations{held: make([]heldExpl, 0, len(snap.Pending))}
+		var finals []engine.Rejection
 		begin := time.Now()
-		plan, next = engine.Schedule(st, snap)
+		plan, next = engine.ScheduleEach(st, snap, func(e *engine.Explanation, r *engine.Rejection) {
+			x.add(e)
+			if r != nil && r.Final {
+				finals = append(finals, *r)
+			}
+		})
 		took += time.Since(begin)
+		plan.Rejected = finals
 		s.mu.Lock()
 		s.plan = plan
 		s.plan.Rejected = nil // used below only; the explanations say the same
-		s.plan.Explanations = nil
-		s.expl = holdExplanations(plan.Explanations)
+		s.expl = x
 		s.explainMore = true
-		s.noteFullPlanLocked(plan)
+		s.noteFullPlanLocked(plan, x.all())
 		s.fullPlanned = len(snap.Pending)
 	} else if len(s.added) > 0 {
 		s.unexplained = true // a partial plan explains nothing: see canSkipLocked
+	}
+	expls := slices.All(plan.Explanations)
+	if !partial {
+		expls = s.expl.all()
 	}
 	s.ended = nil
 	s.replan = false
@@ -767,12 +782,12 @@ func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 	s.added = nil
 	s.state = next
 	s.lastPlaced = len(plan.Placements)
-	s.stuck = s.stuckLocked(plan)
+	s.stuck = s.stuckLocked(expls)
 	s.stats.cycles++
 	s.stats.lastCycle = took
 	// Evictions first: their preemptors wait for the victims' ends
 	// (preempt.go), and nothing else goes where they wait.
-	evs, holds := s.takeEvictionsLocked(&plan)
+	evs, holds := s.takeEvictionsLocked(&plan, expls)
 	heldNode := map[string]bool{}
 	for _, t := range s.waiting {
 		if t.hold != nil {
@@ -922,16 +937,16 @@ func (s *Scheduler) canSkipLocked() bool {
 	return !s.unexplained || s.cfg.Clock.Now().Sub(s.plannedAt) < explainNewWithin
 }
 
-// stuckLocked reports whether plan left every pending job unable to start
-// until room frees (s.mu held): each job not placed found no node (no-fit,
-// or the reservation it holds; single jobs only, as a gang's trial
-// placement is not monotone in the free room), or is held by its
-// account's quota or share cap, or waits for its gang's missing members.
-// A job blocked only by the reservation (backfill-blocked, blocked), or
-// whose deadline can no longer be met (its reason replaces the others), is
-// not counted stuck.
-func (s *Scheduler) stuckLocked(plan engine.Plan) bool {
-	for _, e := range plan.Explanations {
+// stuckLocked reports whether a plan, by its explanations, left every
+// pending job unable to start until room frees (s.mu held): each job not
+// placed found no node (no-fit, or the reservation it holds; single jobs
+// only, as a gang's trial placement is not monotone in the free room), or
+// is held by its account's quota or share cap, or waits for its gang's
+// missing members. A job blocked only by the reservation (backfill-blocked,
+// blocked), or whose deadline can no longer be met (its reason replaces
+// the others), is not counted stuck.
+func (s *Scheduler) stuckLocked(expls iter.Seq2[int, engine.Explanation]) bool {
+	for _, e := range expls {
 		if e.Placed {
 			continue
 		}

@@ -67,7 +67,10 @@ func TestHeldExplanations(t *testing.T) {
 			EstStart: time.Unix(0, 1767229200000000001)},
 		{JobID: "u", Account: "b", Position: 3, Reason: engine.ReasonQuota}, // no estimate
 	}
-	x := holdExplanations(es)
+	var x explanations
+	for i := range es {
+		x.add(&es[i])
+	}
 	for i, want := range es {
 		if got := x.at(i); !reflect.DeepEqual(got, want) {
 			t.Errorf("explanation %d:\n got %+v\nwant %+v", i, got, want)

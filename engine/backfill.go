@@ -99,7 +99,7 @@ func (c *cycle) releases(latest bool) []release {
 	}
 	for _, pl := range c.placements {
 		j := &c.snap.Pending[pl.ji]
-		evs = append(evs, release{t: c.now.Add(plan(j)), node: pl.node, acct: c.acctOf[pl.ji], vec: c.reqs[pl.ji].vec, pk: pl.pk, seq: len(evs)})
+		evs = append(evs, release{t: c.now.Add(plan(j)), node: pl.node, acct: c.acctOf[pl.ji], vec: c.req(pl.ji).vec, pk: pl.pk, seq: len(evs)})
 	}
 	slices.SortFunc(evs, func(a, b release) int {
 		return cmp.Or(a.t.Compare(b.t), cmp.Compare(a.node, b.node), cmp.Compare(a.seq, b.seq))
@@ -172,7 +172,7 @@ func (c *cycle) reserve(e *entry) *reservation {
 		}
 		if len(e.jobs) == 1 {
 			// Only the nodes that just gained resources can newly fit.
-			r := &c.reqs[e.jobs[0]]
+			r := c.req(e.jobs[0])
 			slices.Sort(batch)
 			for _, n := range slices.Compact(batch) {
 				nw := fut.get(n)
@@ -206,7 +206,7 @@ func (c *cycle) gangFits(e *entry, fut *future) []int {
 	}
 	nodes := make([]int, 0, len(e.jobs))
 	for _, ji := range e.jobs {
-		r := &c.reqs[ji]
+		r := c.req(ji)
 		found := -1
 		for n := range c.nodes {
 			var nw *nodeWork
@@ -243,7 +243,7 @@ func (c *cycle) makeReservation(e *entry, t time.Time, fut *future, nodes []int)
 			nw = &cl
 			trial[n] = nw
 		}
-		r := &c.reqs[ji]
+		r := c.req(ji)
 		pk := nw.pick(r)
 		nw.apply(r, pk)
 		rn := rv.nodes[n]

@@ -56,7 +56,7 @@ func (c *cycle) explain() {
 	}
 	for _, pl := range c.placements {
 		p := c.nodes[pl.node].placement(pend[pl.ji].ID, pl.pk)
-		p.Backfilled = c.resv != nil && c.out[pl.ji].pos > resvPos
+		p.Backfilled = c.resv != nil && int(c.out[pl.ji].pos) > resvPos
 		c.plan.Placements = append(c.plan.Placements, p)
 	}
 	// Jobs in order position; jobs outside the order (invalid) last, in
@@ -88,41 +88,49 @@ func (c *cycle) explain() {
 		slices.SortStableFunc(idx, func(a, b int) int {
 			pa, pb := c.out[a].pos, c.out[b].pos
 			if pa == 0 {
-				pa = math.MaxInt
+				pa = math.MaxInt32
 			}
 			if pb == 0 {
-				pb = math.MaxInt
+				pb = math.MaxInt32
 			}
 			return cmp.Compare(pa, pb)
 		})
 	}
+	// Each shape once, in the order of its first waiting job (estimates
+	// takes the first MaxEstimates).
 	var want []*jobReq
+	wanted := make([]bool, len(c.shapes))
 	for i := range pend {
 		o := &c.out[i]
-		if !o.placed && !o.rej.Final && pend[i].GangID == "" && c.valid[i] {
-			want = append(want, &c.reqs[i])
+		if !o.placed && !c.rejs[o.rej].Final && pend[i].GangID == "" && c.valid[i] && !wanted[c.reqOf[i]] {
+			wanted[c.reqOf[i]] = true
+			want = append(want, c.req(i))
 		}
 	}
 	est := c.estimates(want)
-	c.plan.Explanations = make([]Explanation, 0, len(pend))
+	if c.sink == nil {
+		c.plan.Explanations = make([]Explanation, 0, len(pend))
+	}
 	// Rejected at its final size: grown by appends, a deep queue's
 	// rejections were made two or three times over in one plan.
-	if n := len(pend) - len(c.placements); n > 0 {
+	if n := len(pend) - len(c.placements); n > 0 && c.sink == nil {
 		c.plan.Rejected = make([]Rejection, 0, n)
 	}
-	c.explained = make([]int, len(pend))
+	// One Explanation and one Rejection reused: a sink's pointers would
+	// move each one made inside the loop to the heap.
+	ex, rej := new(Explanation), new(Rejection)
 	for _, i := range idx {
 		o := &c.out[i]
 		j := &pend[i]
-		ex := Explanation{
+		*ex = Explanation{
 			JobID:    j.ID,
 			Account:  c.accountName(j),
-			Position: o.pos,
+			Position: int(o.pos),
 			Priority: c.prio[i],
 			Factors:  c.factors[i],
 		}
 		if e := c.entryOf(i); e != nil {
-			ex.Factors.Guaranteed = e.f.Guaranteed
+			ex.Factors.Guaranteed = e.guaranteed
 		}
 		switch {
 		case o.placed:
@@ -135,16 +143,17 @@ func (c *cycle) explain() {
 			}
 			if vs := c.preempted[i]; len(vs) > 0 {
 				ex.Evicts = vs
-				msg := fmt.Sprintf("evicts %s on %s (%s policy)", strings.Join(vs, ", "), ex.Node, c.policyOf(o.node))
+				msg := fmt.Sprintf("evicts %s on %s (%s policy)", strings.Join(vs, ", "), ex.Node, c.policyOf(int(o.node)))
 				if ex.Message != "" {
 					msg = ex.Message + "; " + msg
 				}
 				ex.Message = msg
 			}
 		default:
-			rej := o.rej
+			*rej = c.rejs[o.rej]
+			rej.JobID = j.ID
 			if !o.set {
-				rej = reject(j.ID, ReasonNoFit, false, "not considered")
+				*rej = reject(j.ID, ReasonNoFit, false, "not considered")
 			}
 			if ex.Factors.DeadlineMiss && !rej.Final {
 				// Its own code, so that filters see it; what else holds it
@@ -154,25 +163,42 @@ func (c *cycle) explain() {
 					j.Deadline.Format(time.RFC3339), ex.Factors.Slack, rej.Reason, rej.Message)
 				rej.Reason = ReasonDeadlineInfeasible
 			}
-			c.plan.Rejected = append(c.plan.Rejected, rej)
+			if c.sink == nil {
+				c.plan.Rejected = append(c.plan.Rejected, *rej)
+			}
 			ex.Reason, ex.Message = rej.Reason, rej.Message
 			switch {
 			case rej.Final:
 			case c.resv != nil && c.resvHolds(i):
 				ex.EstStart = resvStart
-			case o.rej.Reason == ReasonQuota:
+			case c.rejs[o.rej].Reason == ReasonQuota:
+				// A gang's members are in order position one after
+				// another, its first member first (orderEntries).
 				if e := c.entryOf(i); e != nil && e.jobs[0] == i {
 					ex.EstStart = c.quotaEstimate(e, est)
+					if len(e.jobs) > 1 {
+						if c.gangStart == nil {
+							c.gangStart = map[int]time.Time{}
+						}
+						c.gangStart[i] = ex.EstStart
+					}
 				} else if e != nil {
-					ex.EstStart = c.plan.Explanations[c.explained[e.jobs[0]]].EstStart
+					ex.EstStart = c.gangStart[e.jobs[0]]
 				}
 				ex.Message += "; estimated start counts the quota (still a lower bound: the queue ahead is ignored)"
 			case j.GangID == "":
-				ex.EstStart = est[c.reqs[i].shape()]
+				ex.EstStart = est[c.req(i).shape()]
 			}
 		}
-		c.explained[i] = len(c.plan.Explanations)
-		c.plan.Explanations = append(c.plan.Explanations, ex)
+		if c.sink != nil {
+			if o.placed {
+				c.sink(ex, nil)
+			} else {
+				c.sink(ex, rej)
+			}
+		} else {
+			c.plan.Explanations = append(c.plan.Explanations, *ex)
+		}
 	}
 }
 
@@ -186,7 +212,7 @@ func (c *cycle) quotaEstimate(e *entry, est map[shapeKey]time.Time) time.Time {
 	if len(e.jobs) > 1 {
 		return c.quotaEstimateUncached(e, est)
 	}
-	k := quotaKey{e.acct, c.reqs[e.jobs[0]].shape()}
+	k := quotaKey{e.acct, c.req(e.jobs[0]).shape()}
 	if t, ok := c.quotaEst[k]; ok {
 		return t
 	}
@@ -206,7 +232,7 @@ type quotaKey struct {
 func (c *cycle) quotaEstimateUncached(e *entry, est map[shapeKey]time.Time) time.Time {
 	capT := c.now
 	if len(e.jobs) == 1 {
-		r := &c.reqs[e.jobs[0]]
+		r := c.req(e.jobs[0])
 		if !c.fitsNow(r) {
 			if capT = est[r.shape()]; capT.IsZero() {
 				return time.Time{}
@@ -278,7 +304,7 @@ func (c *cycle) fitsNow(r *jobReq) bool {
 func (c *cycle) posOf(id string) int {
 	for _, e := range c.order {
 		if c.snap.Pending[e.jobs[0]].ID == id {
-			return c.out[e.jobs[0]].pos
+			return int(c.out[e.jobs[0]].pos)
 		}
 	}
 	return 0

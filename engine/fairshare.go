@@ -312,7 +312,7 @@ func (s *selector) eligible() bool {
 			continue
 		}
 		g := s.guaranteed(a, e)
-		e.f.Guaranteed = g
+		e.guaranteed = g
 		switch {
 		case g && !bestG, g == bestG && e.band > bestB:
 			bestG, bestB = g, e.band
@@ -547,9 +547,9 @@ func (s *selector) take(a int, dispatched bool) *entry {
 	ac.head++
 	ac.charged += e.cost
 	for i := a; i >= 0; i = s.as.list[i].parent {
-		s.as.list[i].oAlloc = s.as.list[i].oAlloc.Add(e.use)
+		s.as.list[i].oAlloc = s.as.list[i].oAlloc.Add(*e.use)
 	}
-	ac.oOwn = ac.oOwn.Add(e.use)
+	ac.oOwn = ac.oOwn.Add(*e.use)
 	if s.p.Selection == SelectDRR {
 		if dispatched {
 			ac.deficit -= e.cost

@@ -544,7 +544,7 @@ func (c *cycle) preempt(e *entry) bool {
 	c.pre.tries++
 	i := e.jobs[0]
 	j := &c.snap.Pending[i]
-	r := &c.reqs[i]
+	r := c.req(i)
 	end := c.now.Add(c.p.latest(j))
 	if j.EstDuration == 0 && j.TimeLimit == 0 {
 		end = farFuture
@@ -717,7 +717,7 @@ func (c *cycle) setKeepsShares(i int, set []victim) bool {
 		return dominantShare(alloc, c.total) / s
 	}
 	p := c.acctOf[i]
-	after := ws(p, c.as.list[p].alloc.Add(c.reqs[i].vec))
+	after := ws(p, c.as.list[p].alloc.Add(c.req(i).vec))
 	for a, v := range freed {
 		if after > ws(a, c.as.list[a].alloc.Sub(v)) {
 			return false

@@ -90,16 +90,22 @@ func priority(j *Job, now time.Time, p *Policy, fs float64) (float64, Factors) {
 // entry is one unit of the order: a single job, or every pending member of
 // a gang (placed all together or not at all).
 type entry struct {
-	jobs      []int // indices into Snapshot.Pending; a gang's members in ID order
-	acct      int   // index into the cycle's account table
-	prio      float64
-	band      float64
-	f         Factors
-	submitted time.Time
-	id        string  // first member's ID
-	dkey      int64   // deadline order key, lower first: slack (LeastSlackFirst) or deadline (EarliestDeadlineFirst), ns
-	cost      float64 // billing-seconds if run for its planning duration (all members)
-	use       Resources
+	jobs []int // indices into Snapshot.Pending; a gang's members in ID order
+	acct int   // index into the cycle's account table
+	prio float64
+	band float64
+	// guaranteed: the account's guarantee puts it ahead (set as it comes
+	// to its account's head, fairshare.go); hasDeadline: its best member
+	// has a deadline.
+	guaranteed, hasDeadline bool
+	submitted               time.Time
+	id                      string  // first member's ID
+	dkey                    int64   // deadline order key, lower first: slack (LeastSlackFirst) or deadline (EarliestDeadlineFirst), ns
+	cost                    float64 // billing-seconds if run for its planning duration (all members)
+	// use is what it allocates: a single job's request, shared with the
+	// cycle's request of its shape (never changed through use); a gang's
+	// own sum.
+	use *Resources
 }
 
 // compareEntries orders entries within one account and for SelectPriority
@@ -116,11 +122,11 @@ func compareEntries(a, b *entry) int {
 
 func compareDeadline(a, b *entry) int {
 	switch {
-	case a.f.HasDeadline && b.f.HasDeadline:
+	case a.hasDeadline && b.hasDeadline:
 		return cmp.Compare(a.dkey, b.dkey)
-	case a.f.HasDeadline:
+	case a.hasDeadline:
 		return -1
-	case b.f.HasDeadline:
+	case b.hasDeadline:
 		return 1
 	}
 	return 0

@@ -30,7 +30,20 @@ import (
 //  5. Explain every pending job and estimate start times (explain.go);
 //     return the plan and the next State (state.go).
 func Schedule(st State, snap Snapshot) (Plan, State) {
+	return ScheduleEach(st, snap, nil)
+}
+
+// ScheduleEach is Schedule that hands each pending job's explanation, and
+// its rejection when it was not placed (else nil), to each as they are
+// made, in the order Plan.Explanations would hold them; it leaves
+// Plan.Explanations and Plan.Rejected nil. With a nil each it is Schedule.
+// The plan is otherwise the same. The pointers are valid only during the
+// call: a caller keeps what it needs in its own form, so that a deep
+// queue's plan does not hold a second copy of every explanation and
+// rejection (about 270 bytes a pending job at the plan's peak).
+func ScheduleEach(st State, snap Snapshot, each func(*Explanation, *Rejection)) (Plan, State) {
 	c := newCycle(st, &snap)
+	c.sink = each
 	c.validate()
 	c.accrue()
 	c.buildEntries()
@@ -43,10 +56,10 @@ func Schedule(st State, snap Snapshot) (Plan, State) {
 
 // outcome is what happened to one pending job.
 type outcome struct {
+	node   int32 // when placed
+	pos    int32
+	rej    int32 // why not placed: an index in cycle.rejs (0 = none)
 	placed bool
-	node   int
-	rej    Rejection // when not placed
-	pos    int
 	set    bool
 }
 
@@ -71,12 +84,17 @@ type cycle struct {
 	ix     *nodeIndex
 	total  Resources // cluster capacity, for DRF and the share cap
 
-	reqs    []jobReq
+	shapes  []jobReq // the distinct requests of the pending jobs
+	reqOf   []int32  // pending index → its request in shapes (see req)
 	acctOf  []int
 	prio    []float64
 	factors []Factors
 	out     []outcome
-	valid   []bool
+	// rejs are the cycle's distinct rejections, without job IDs, for
+	// outcome.rej: the jobs turned down for one reason share it.
+	rejs   []Rejection
+	rejIdx map[Rejection]int32
+	valid  []bool
 
 	as      *accounts
 	entries []*entry
@@ -97,8 +115,9 @@ type cycle struct {
 	cursor     map[shapeKey]int // where the last search for a shape ended (next-fit start)
 	trial      bool             // placing the second or later member of a gang: failures are not cached
 	resvFound  bool
-	explained  []int     // pending index → its explanation's index (explain)
-	quotaEvs   []release // the releases, for quota estimates (explain)
+	sink       func(*Explanation, *Rejection) // ScheduleEach's each; nil = into Plan.Explanations and Rejected
+	gangStart  map[int]time.Time              // a quota-held gang's first member → its estimated start (explain)
+	quotaEvs   []release                      // the releases, for quota estimates (explain)
 	quotaEst   map[quotaKey]time.Time
 	quotaSteps int // work spent on quota estimates (budget: estimateBudget)
 
@@ -159,10 +178,21 @@ func compareStrings(a, b string) int {
 func (c *cycle) validate() {
 	pend := c.snap.Pending
 	n := len(pend)
-	c.reqs = make([]jobReq, n)
+	c.reqOf = make([]int32, n)
+	shapeIdx := map[shapeKey]int32{}
 	c.valid = make([]bool, n)
 	c.out = make([]outcome, n)
-	seen := make(map[string]bool, n)
+	c.rejs = []Rejection{{}}
+	// Duplicate IDs: a pending list in ID order (the adapter's) has its
+	// duplicates side by side, and needs no set of every ID.
+	byID := true
+	for i := 1; i < n && byID; i++ {
+		byID = pend[i-1].ID <= pend[i].ID
+	}
+	var seen map[string]bool
+	if !byID {
+		seen = make(map[string]bool, n)
+	}
 	gangCount := map[string]int{}
 	for i := range pend {
 		if pend[i].GangID != "" {
@@ -171,12 +201,12 @@ func (c *cycle) validate() {
 	}
 	for i := range pend {
 		j := &pend[i]
-		c.reqs[i] = newJobReq(j)
+		c.reqOf[i] = c.internReq(shapeIdx, j, i)
 		msg := ""
 		switch {
 		case j.ID == "":
 			msg = "empty job ID"
-		case seen[j.ID]:
+		case byID && i > 0 && pend[i-1].ID == j.ID, seen[j.ID]:
 			msg = "duplicate job ID"
 		case j.Priority < 0 || j.Priority > 9:
 			msg = fmt.Sprintf("priority %d outside 0..9", j.Priority)
@@ -198,14 +228,41 @@ func (c *cycle) validate() {
 				msg = fmt.Sprintf("negative %s", Dim(d))
 			}
 		}
-		seen[j.ID] = true
+		if !byID {
+			seen[j.ID] = true
+		}
 		if msg != "" {
-			c.out[i] = outcome{set: true, rej: reject(j.ID, ReasonInvalid, true, "%s", msg)}
+			c.out[i] = outcome{set: true, rej: c.addRej(reject("", ReasonInvalid, true, "%s", msg))}
 			continue
 		}
 		c.valid[i] = true
 	}
 }
+
+// internReq returns the index in c.shapes of job j's request, added when
+// new. A deep queue is mostly a few shapes many times over: one jobReq
+// (152 bytes) per shape, not per job. The job before j is compared first,
+// so that a run of one shape costs no hashing.
+func (c *cycle) internReq(idx map[shapeKey]int32, j *Job, i int) int32 {
+	r := newJobReq(j)
+	k := r.shape()
+	if i > 0 {
+		if p := c.reqOf[i-1]; c.shapes[p].shape() == k {
+			return p
+		}
+	}
+	if at, ok := idx[k]; ok {
+		return at
+	}
+	at := int32(len(c.shapes))
+	c.shapes = append(c.shapes, r)
+	idx[k] = at
+	return at
+}
+
+// req is pending job i's request. Jobs of one shape share it: it is never
+// changed once made.
+func (c *cycle) req(i int) *jobReq { return &c.shapes[c.reqOf[i]] }
 
 func validTier(t string) bool { _, ok := TierDim(t); return ok }
 
@@ -254,10 +311,12 @@ func (c *cycle) accrue() {
 			c.state.Accounts[name] = as
 		}
 	}
+	// buildAccounts takes each name once, in any order: each account of
+	// the pending jobs is added once (not a name per pending job).
+	named := map[string]bool{}
 	for i := range c.snap.Pending {
-		// buildAccounts takes each name once, in any order: a run of jobs
-		// of one account adds it once (not a name per pending job).
-		if n := c.accountName(&c.snap.Pending[i]); len(extra) == 0 || extra[len(extra)-1] != n {
+		if n := c.accountName(&c.snap.Pending[i]); !named[n] {
+			named[n] = true
 			extra = append(extra, n)
 		}
 	}
@@ -334,18 +393,19 @@ func (c *cycle) buildEntries() {
 		if !c.valid[i] {
 			continue
 		}
-		r := &c.reqs[i]
+		r := c.req(i)
 		cost := c.p.billingRate(r) * c.p.duration(j).Seconds()
 		if j.GangID != "" {
 			if g, ok := gangs[j.GangID]; ok {
 				g.jobs = append(g.jobs, i)
 				g.cost += cost
-				g.use = g.use.Add(r.vec)
+				sum := g.use.Add(r.vec)
+				g.use = &sum
 				continue
 			}
 		}
 		members[i] = i
-		slab = append(slab, entry{jobs: members[i : i+1 : i+1], acct: a, cost: cost, use: r.vec})
+		slab = append(slab, entry{jobs: members[i : i+1 : i+1], acct: a, cost: cost, use: &r.vec})
 		e := &slab[len(slab)-1]
 		if j.GangID != "" {
 			gangs[j.GangID] = e
@@ -367,12 +427,12 @@ func (c *cycle) buildEntries() {
 		slices.SortFunc(e.jobs, func(a, b int) int { return compareStrings(pend[a].ID, pend[b].ID) })
 		e.acct = c.acctOf[best]
 		e.prio = c.prio[best]
-		e.f = c.factors[best]
+		e.hasDeadline = c.factors[best].HasDeadline
 		e.band = bandOf(e.prio, c.p.Band)
 		if c.p.DeadlineOrder == EarliestDeadlineFirst {
 			e.dkey = pend[best].Deadline.UnixNano()
 		} else {
-			e.dkey = int64(e.f.Slack)
+			e.dkey = int64(c.factors[best].Slack)
 		}
 		e.id = pend[e.jobs[0]].ID
 		c.as.list[e.acct].queue = append(c.as.list[e.acct].queue, e)
@@ -397,7 +457,7 @@ func (c *cycle) orderEntries() {
 	for _, e := range c.order {
 		for _, i := range e.jobs {
 			pos++
-			c.out[i].pos = pos
+			c.out[i].pos = int32(pos)
 		}
 	}
 }
@@ -447,7 +507,7 @@ func (c *cycle) commit() {
 	for _, e := range c.order {
 		if placed(e) {
 			nPlaced++
-		} else if waitsForCapacity(c.out[e.jobs[0]].rej.Reason) {
+		} else if waitsForCapacity(c.rejOf(e.jobs[0]).Reason) {
 			// Waiting on its own quota, share cap or gang, or dropped,
 			// earns no credit: like an idle queue.
 			c.as.list[e.acct].waiting = true
@@ -543,7 +603,7 @@ func (c *cycle) wfqVirtualTime(s *selector) float64 {
 	var top *entry
 	for _, e := range c.order {
 		o := &c.out[e.jobs[0]]
-		if o.placed || first[e.acct] != nil || !waitsForCapacity(o.rej.Reason) {
+		if o.placed || first[e.acct] != nil || !waitsForCapacity(c.rejs[o.rej].Reason) {
 			continue
 		}
 		first[e.acct] = e
@@ -566,8 +626,8 @@ func (c *cycle) wfqVirtualTime(s *selector) float64 {
 // higherClass reports whether entry a is in a higher selection class than
 // b: within the guaranteed minimum first, then the higher band.
 func higherClass(a, b *entry) bool {
-	if a.f.Guaranteed != b.f.Guaranteed {
-		return a.f.Guaranteed
+	if a.guaranteed != b.guaranteed {
+		return a.guaranteed
 	}
 	return a.band > b.band
 }
@@ -654,13 +714,32 @@ func (c *cycle) admit(e *entry) (Rejection, bool) {
 }
 
 func (c *cycle) rejectEntry(e *entry, rej Rejection) {
+	k := c.addRej(rej)
 	for _, i := range e.jobs {
-		r := rej
-		r.JobID = c.snap.Pending[i].ID
 		c.out[i].set = true
-		c.out[i].rej = r
+		c.out[i].rej = k
 	}
 }
+
+// addRej returns rej's index in c.rejs, added when new: a deep queue's
+// jobs are turned down for a few reasons, many times over.
+func (c *cycle) addRej(rej Rejection) int32 {
+	rej.JobID = ""
+	if k, ok := c.rejIdx[rej]; ok {
+		return k
+	}
+	if c.rejIdx == nil {
+		c.rejIdx = map[Rejection]int32{}
+	}
+	k := int32(len(c.rejs))
+	c.rejs = append(c.rejs, rej)
+	c.rejIdx[rej] = k
+	return k
+}
+
+// rejOf is why pending job i was not placed, without its ID (zero: not
+// placed for no recorded reason, or placed).
+func (c *cycle) rejOf(i int) *Rejection { return &c.rejs[c.out[i].rej] }
 
 // placeEntry places a single job or a whole gang; on failure nothing stays
 // allocated.
@@ -670,7 +749,7 @@ func (c *cycle) placeEntry(e *entry) (Rejection, bool) {
 	var undoIdx []int
 	for _, i := range e.jobs {
 		j := &c.snap.Pending[i]
-		r := &c.reqs[i]
+		r := c.req(i)
 		end := c.now.Add(c.p.latest(j))
 		if j.EstDuration == 0 && j.TimeLimit == 0 {
 			end = farFuture // unknown duration, no limit: never "ends before" a reservation
@@ -704,7 +783,7 @@ func (c *cycle) placeEntry(e *entry) (Rejection, bool) {
 	}
 	c.trial = false
 	for _, i := range e.jobs {
-		c.addAlloc(c.acctOf[i], c.reqs[i].vec, false)
+		c.addAlloc(c.acctOf[i], c.req(i).vec, false)
 	}
 	return Rejection{}, true
 }
@@ -713,7 +792,7 @@ var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // take allocates job i on node n.
 func (c *cycle) take(i, n int, end time.Time) {
-	r := &c.reqs[i]
+	r := c.req(i)
 	nw := &c.nodes[n]
 	var pk picks
 	if c.resv != nil && end.After(c.resv.start) {
@@ -731,7 +810,7 @@ func (c *cycle) take(i, n int, end time.Time) {
 	c.ix.update(n, nw)
 	c.placements = append(c.placements, placed{ji: i, node: n, pk: pk, end: end})
 	c.out[i].placed = true
-	c.out[i].node = n
+	c.out[i].node = int32(n)
 	c.out[i].set = true
 }
 
