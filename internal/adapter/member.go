@@ -237,7 +237,7 @@ func (p *poolMember) runTerm(ctx context.Context, l pool.Leader) error {
 		Clock:         p.clk,
 		Logger:        log.With("component", "scheduler"),
 		Notify:        func() { pub.Notify() },
-		AfterFullPlan: (&planMemory{clk: p.clk, every: cfg.Scheduler.FullReplan.D(), free: debug.FreeOSMemory}).release,
+		AfterFullPlan: newPlanMemory(p.clk, cfg.Scheduler.FullReplan.D(), os.Getenv("GOGC")).release,
 	}, br, fjs, p.registry, p.channel, fence)
 	if err != nil {
 		return err
@@ -525,31 +525,57 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 var _ providers.Provider = (*fake.Provider)(nil)
 
 // releaseAfterPending is the depth of queue from which a full plan's
-// memory goes back to the OS (planMemory).
+// memory goes back to the OS and the collector keeps less headroom
+// (planMemory).
 const releaseAfterPending = 1000
 
-// planMemory returns the memory of a full plan over a deep queue to the OS
-// (free: a collection, then the free pages released), at most once every
-// every (the scheduler's full_replan): plans that come more often (a
-// deadline or a gang in the queue makes every cycle a full plan) would
-// make it a collection per cycle. Such a plan holds about 1.3 KB per
-// pending job live at once (the snapshot's jobs, the engine's per-job
-// arrays, the explanations; BenchmarkFullPlan), beside the scheduler's
-// 525 B. Left to the collector, that peak sets the heap's size, twice the
-// live heap, until the next full plan, and the adapter's resident memory
-// with it: with 10,000 pending jobs, 2.7 KB per job against 0.8–1.6 KB
-// (cmd/e2ebench's pending part, the same runs). The cost is a collection
-// of the live heap every full_replan (a few milliseconds over 10,000
-// jobs), on the scheduler's goroutine, the only one that calls release.
+// deepGCPercent is the collector's target (GOGC) while the queue is deep:
+// the heap may grow by half its live size between collections, not by all
+// of it.
+const deepGCPercent = 50
+
+// planMemory keeps the adapter's memory per pending job small while the
+// queue is deep (releaseAfterPending jobs or more at a full plan).
+//
+// A full plan's memory goes back to the OS (free: a collection, then the
+// free pages released), at most once every every (the scheduler's
+// full_replan): plans that come more often (a deadline or a gang in the
+// queue makes every cycle a full plan) would make it a collection per
+// cycle. Such a plan allocates about 770 B per pending job
+// (TestFullPlanMemory), beside the scheduler's 525 B. The cost is a
+// collection of the live heap every full_replan (a few milliseconds over
+// 10,000 jobs), on the scheduler's goroutine, the only one that calls
+// release.
+//
+// Between plans, the collector lets the heap grow to twice its live size
+// (GOGC=100) before it collects, and the resident set follows: with 10,000
+// pending jobs the adapter's peak was 2,268-2,474 B per job
+// (cmd/e2ebench's pending part), against 1,717-1,877 B at GOGC=50 in the
+// same runs, for the same CPU (1.6-2.6% of a core either way). So while
+// the queue is deep, gcPercent sets deepGCPercent, and puts back what was
+// there when it is shallow again. gcPercent is nil when the operator set
+// GOGC: their choice stands.
 type planMemory struct {
-	clk   clock.Clock
-	every time.Duration
-	free  func()
-	last  time.Time
+	clk       clock.Clock
+	every     time.Duration
+	free      func()
+	gcPercent func(int) int // debug.SetGCPercent; nil: leave the collector alone
+	last      time.Time
+	deep      bool // deepGCPercent is set
+	prev      int  // the target before it
 }
 
 func (m *planMemory) release(pending int) {
-	if pending < releaseAfterPending {
+	deep := pending >= releaseAfterPending
+	if m.gcPercent != nil && deep != m.deep {
+		if deep {
+			m.prev = m.gcPercent(deepGCPercent)
+		} else {
+			m.gcPercent(m.prev)
+		}
+		m.deep = deep
+	}
+	if !deep {
 		return
 	}
 	now := m.clk.Now()
@@ -558,4 +584,14 @@ func (m *planMemory) release(pending int) {
 	}
 	m.last = now
 	m.free()
+}
+
+// newPlanMemory is the adapter's planMemory: the collector's target is
+// left alone when the environment sets GOGC.
+func newPlanMemory(clk clock.Clock, every time.Duration, gogc string) *planMemory {
+	m := &planMemory{clk: clk, every: every, free: debug.FreeOSMemory, gcPercent: debug.SetGCPercent}
+	if gogc != "" {
+		m.gcPercent = nil
+	}
+	return m
 }

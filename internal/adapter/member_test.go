@@ -35,3 +35,43 @@ func TestPlanMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanGCPercent: the collector keeps less headroom while the queue is
+// deep and gets its old target back once it is shallow, setting it only
+// when the depth crosses the threshold; an operator's GOGC is left alone.
+func TestPlanGCPercent(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC))
+	target := 80 // the process's target before: not necessarily 100
+	var sets []int
+	m := newPlanMemory(clk, 10*time.Second, "")
+	m.free = func() {}
+	m.gcPercent = func(p int) int {
+		old := target
+		target = p
+		sets = append(sets, p)
+		return old
+	}
+	for i, s := range []struct {
+		pending int
+		want    int
+		sets    int
+	}{
+		{10, 80, 0},
+		{releaseAfterPending, deepGCPercent, 1},
+		{20000, deepGCPercent, 1}, // still deep: not set again
+		{releaseAfterPending - 1, 80, 2},
+		{5, 80, 2},
+		{releaseAfterPending, deepGCPercent, 3},
+	} {
+		m.release(s.pending)
+		if target != s.want || len(sets) != s.sets {
+			t.Fatalf("step %d (%d pending): target %d after %d sets %v, want %d after %d", i, s.pending, target, len(sets), sets, s.want, s.sets)
+		}
+	}
+	if op := newPlanMemory(clk, 10*time.Second, "200"); op.gcPercent != nil {
+		t.Error("with GOGC set by the operator, the collector's target is still changed")
+	}
+	op := newPlanMemory(clk, 10*time.Second, "off")
+	op.free = func() {}
+	op.release(20000) // a nil gcPercent is not called
+}
