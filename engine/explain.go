@@ -345,21 +345,14 @@ func (c *cycle) entryOf(i int) *entry {
 // node by the estimated ends of running and just-placed jobs, ignoring the
 // queue ahead of it: a lower bound on its start. One sweep over the releases
 // serves every shape; at most Policy.MaxEstimates shapes and estimateBudget
-// node checks per cycle (zero time = unknown).
+// node checks per cycle (zero time = unknown). want holds each shape once
+// (explain takes the cycle's interned requests).
 func (c *cycle) estimates(want []*jobReq) map[shapeKey]time.Time {
 	out := map[shapeKey]time.Time{}
 	if c.p.MaxEstimates < 0 {
 		return out
 	}
-	var open []*jobReq
-	seen := map[shapeKey]bool{}
-	for _, r := range want {
-		k := r.shape()
-		if !seen[k] && len(open) < c.p.MaxEstimates {
-			seen[k] = true
-			open = append(open, r)
-		}
-	}
+	open := want[:min(len(want), c.p.MaxEstimates)]
 	if len(open) == 0 {
 		return out
 	}
