@@ -1054,10 +1054,11 @@ func (a *Agent) neverStarted(ctx context.Context, t *task) {
 		return
 	}
 	a.log.Info("requeued a job whose task never started", "job", t.rec.JobID)
-	if err == nil {
-		a.report(ctx, t.node, t.rec.JobID, pool.EventEnded, wire.JobQueued)
-	}
 	a.count(func(s *Stats) { s.Requeued++ })
+	if err == nil {
+		a.untrackReported(ctx, t, &pool.Report{JobID: t.rec.JobID, Node: t.node, Event: pool.EventEnded, Status: string(wire.JobQueued)})
+		return
+	}
 	a.untrack(ctx, t)
 }
 
@@ -1162,17 +1163,28 @@ func (a *Agent) end(ctx context.Context, t *task, to wire.JobStatus, u jobs.Upda
 			s.Failed++
 		}
 	})
-	a.report(ctx, t.node, t.rec.JobID, ev, to)
-	a.untrack(ctx, t)
+	a.untrackReported(ctx, t, &pool.Report{JobID: t.rec.JobID, Node: t.node, Event: ev, Status: string(to)})
 	a.log.Debug("job ended", "job", t.rec.JobID, "node", t.node, "status", to)
 }
 
-func (a *Agent) untrack(ctx context.Context, t *task) {
+// untrack forgets t and settles it: its node's job set no longer lists it.
+func (a *Agent) untrack(ctx context.Context, t *task) { a.untrackReported(ctx, t, nil) }
+
+// untrackReported is untrack, and with r reports r in the same round
+// trip as the settle (Channel.ReportSettle).
+func (a *Agent) untrackReported(ctx context.Context, t *task, r *pool.Report) {
 	a.mu.Lock()
 	delete(a.tasks, t.rec.JobID)
 	a.mu.Unlock()
 	if f, ok := t.prov.(interface{ Forget(providers.Handle) }); ok && t.handle.ID != "" {
 		f.Forget(t.handle)
+	}
+	if r != nil {
+		if err := a.cfg.Channel.ReportSettle(ctx, *r); err != nil {
+			// As for report: the scheduler also rescans the records.
+			a.log.Warn("report and settle job", "job", t.rec.JobID, "event", r.Event, "err", err)
+		}
+		return
 	}
 	if err := a.cfg.Channel.Settle(ctx, t.node, t.rec.JobID); err != nil {
 		a.log.Warn("settle job", "job", t.rec.JobID, "err", err)

@@ -46,15 +46,29 @@ func (s *Store) Emit(ctx context.Context, ev Event) (string, error) {
 }
 
 func (s *Store) emit(ctx context.Context, ev Event, now time.Time) (string, error) {
+	ev, err := readyEvent(ev, now)
+	if err != nil {
+		return "", err
+	}
+	return s.rdb.XAdd(ctx, &redis.XAddArgs{
+		Stream: s.keys.Events(), MaxLen: s.eventsMaxLen, Approx: true,
+		Values: []any{"event_id", ev.ID, "event_type", ev.Type, "source", ev.Source,
+			"timestamp", formatFloat(ev.Timestamp), "payload", string(ev.Payload)},
+	}).Result()
+}
+
+// readyEvent checks a module event and fills its defaults as Emit
+// documents them: an ID, source "system", the timestamp now, payload {}.
+func readyEvent(ev Event, now time.Time) (Event, error) {
 	if ev.Type == "" {
-		return "", fmt.Errorf("%w: empty event type", ErrInvalid)
+		return ev, fmt.Errorf("%w: empty event type", ErrInvalid)
 	}
 	if len(ev.Payload) == 0 {
 		ev.Payload = json.RawMessage("{}")
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(ev.Payload, &obj); err != nil || obj == nil {
-		return "", fmt.Errorf("%w: payload is not a JSON object", ErrInvalid)
+		return ev, fmt.Errorf("%w: payload is not a JSON object", ErrInvalid)
 	}
 	if ev.ID == "" {
 		ev.ID = NewID()
@@ -65,11 +79,7 @@ func (s *Store) emit(ctx context.Context, ev Event, now time.Time) (string, erro
 	if ev.Timestamp == 0 {
 		ev.Timestamp = epoch(now)
 	}
-	return s.rdb.XAdd(ctx, &redis.XAddArgs{
-		Stream: s.keys.Events(), MaxLen: s.eventsMaxLen, Approx: true,
-		Values: []any{"event_id", ev.ID, "event_type", ev.Type, "source", ev.Source,
-			"timestamp", formatFloat(ev.Timestamp), "payload", string(ev.Payload)},
-	}).Result()
+	return ev, nil
 }
 
 var streamIDRe = regexp.MustCompile(`^[0-9]+(-[0-9]+)?$`)

@@ -378,7 +378,7 @@ func (u Update) pairs() ([]any, error) {
 
 // Update applies u to entry id. A missing entry is ErrNotFound.
 func (s *Store) Update(ctx context.Context, id string, u Update) error {
-	return s.applyUpdate(ctx, "update", id, "", u)
+	return s.applyUpdate(ctx, "update", id, "", u, nil)
 }
 
 // UpdateIf applies u only if the entry's status is expect, atomically;
@@ -387,16 +387,32 @@ func (s *Store) UpdateIf(ctx context.Context, id string, expect Status, u Update
 	if !expect.valid() {
 		return fmt.Errorf("blackboard: update %s: %w: expected status %q", id, ErrInvalid, expect)
 	}
-	return s.applyUpdate(ctx, "update", id, expect, u)
+	return s.applyUpdate(ctx, "update", id, expect, u, nil)
+}
+
+// UpdateEmit applies u to entry id, as Update does, and appends ev (a
+// module event, its defaults as Emit fills them) to the events stream in
+// the same atomic step, after the update's own events. The event is added
+// only when the update applies: a missing entry is ErrNotFound, and then
+// nothing is written. So a reader who sees ev finds the entry changed
+// already, and neither is kept without the other: one round trip where
+// Update and Emit take two.
+func (s *Store) UpdateEmit(ctx context.Context, id string, u Update, ev Event) error {
+	ev, err := readyEvent(ev, s.clock.Now())
+	if err != nil {
+		return fmt.Errorf("blackboard: update %s: %w", id, err)
+	}
+	return s.applyUpdate(ctx, "update", id, "", u, &ev)
 }
 
 // Retract marks an entry retracted (a soft delete, kept for provenance).
 func (s *Store) Retract(ctx context.Context, id string) error {
 	st := StatusRetracted
-	return s.applyUpdate(ctx, "retract", id, "", Update{Status: &st})
+	return s.applyUpdate(ctx, "retract", id, "", Update{Status: &st}, nil)
 }
 
-func (s *Store) applyUpdate(ctx context.Context, op, id string, expect Status, u Update) error {
+// applyUpdate runs update.lua for u, and with ev appends ev after it.
+func (s *Store) applyUpdate(ctx context.Context, op, id string, expect Status, u Update, ev *Event) error {
 	if !ValidID(id) {
 		return fmt.Errorf("blackboard: %s %s: %w: bad id", op, id, ErrInvalid)
 	}
@@ -404,7 +420,7 @@ func (s *Store) applyUpdate(ctx context.Context, op, id string, expect Status, u
 	if err != nil {
 		return fmt.Errorf("blackboard: %s %s: %w", op, id, err)
 	}
-	if _, err := s.update(ctx, s.clock.Now(), id, expect, pairs); err != nil {
+	if _, err := s.update(ctx, s.clock.Now(), id, expect, ev, pairs); err != nil {
 		return fmt.Errorf("blackboard: %s %s: %w", op, id, err)
 	}
 	return nil

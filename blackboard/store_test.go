@@ -520,6 +520,65 @@ func TestUpdateErrors(t *testing.T) {
 	}
 }
 
+// TestUpdateEmit: the event follows the update's own events in the same
+// step, with Emit's defaults; a refused update or event writes neither.
+func TestUpdateEmit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	v := newEnv(t, Config{})
+	id := v.post(t, mk("t", withData(`{"v":1}`)))
+	data := json.RawMessage(`{"v":2}`)
+	if err := v.s.UpdateEmit(ctx, id, Update{Data: &data, Status: new(StatusConsumed)},
+		Event{Type: "compute.job.finished", Source: "compute", Payload: json.RawMessage(`{"job":"x"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range v.events(t, "*") {
+		got = append(got, e.Type+" "+e.Source)
+	}
+	want := []string{EventEntryAdded + " blackboard", EventEntryUpdated + " blackboard", EventEntryUpdated + " blackboard",
+		"compute.job.finished compute"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if h := v.hash(t, id); h["data"] != `{"v":2}` || h["status"] != "consumed" {
+		t.Errorf("entry after UpdateEmit: %v", h)
+	}
+	evs, _, err := v.s.Events(ctx, "0", "compute.job.finished", 10, 0)
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("Events = %v, %v", evs, err)
+	}
+	if e := evs[0]; len(e.ID) != 32 || e.Timestamp != ts0 || string(e.Payload) != `{"job":"x"}` {
+		t.Errorf("event %+v: want a 32-hex id, the clock's time and the payload", e)
+	}
+
+	// Refused: no such entry, a bad update, a bad event. Nothing is written.
+	before := v.hash(t, id)
+	n := len(v.events(t, "*"))
+	bad := json.RawMessage("{")
+	for name, tc := range map[string]struct {
+		id   string
+		u    Update
+		ev   Event
+		want error
+	}{
+		"missing":       {hexID(5), Update{Data: &data}, Event{Type: "x.y"}, ErrNotFound},
+		"bad update":    {id, Update{Data: &bad}, Event{Type: "x.y"}, ErrInvalid},
+		"no event type": {id, Update{Data: &data}, Event{}, ErrInvalid},
+		"bad payload":   {id, Update{Data: &data}, Event{Type: "x.y", Payload: json.RawMessage(`[1]`)}, ErrInvalid},
+	} {
+		if err := v.s.UpdateEmit(ctx, tc.id, tc.u, tc.ev); !errors.Is(err, tc.want) {
+			t.Errorf("%s: UpdateEmit = %v, want %v", name, err, tc.want)
+		}
+	}
+	if m := len(v.events(t, "*")); m != n {
+		t.Errorf("%d events after refused updates, want %d", m, n)
+	}
+	if diff := cmp.Diff(before, v.hash(t, id)); diff != "" {
+		t.Errorf("entry changed by refused updates (-before +after):\n%s", diff)
+	}
+}
+
 func TestUpdateIf(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

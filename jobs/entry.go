@@ -73,15 +73,37 @@ func (s *Store) PostJobEntry(ctx context.Context, jd wire.JobData) (created bool
 // updateJobEntry rewrites the job entry's data and metadata from jd,
 // posting it again if it is gone (evicted).
 func (s *Store) updateJobEntry(ctx context.Context, jd wire.JobData) error {
+	_, err := s.mirrorJob(ctx, jd, false)
+	return err
+}
+
+// mirrorJob is updateJobEntry, and with finish it also raises a terminal
+// jd's compute.job.finished (EmitFinished), in the entry's update step
+// when the entry is there (blackboard.Store.UpdateEmit: one round trip,
+// and the event is never seen before the entry says how the job ended).
+// It reports whether it raised the event.
+func (s *Store) mirrorJob(ctx context.Context, jd wire.JobData, finish bool) (finished bool, err error) {
 	e, err := jobEntry(jd)
 	if err != nil {
-		return err
+		return false, err
 	}
-	err = s.board.Update(ctx, jd.JobID, blackboard.Update{Data: &e.Data, Metadata: &e.Metadata})
+	u := blackboard.Update{Data: &e.Data, Metadata: &e.Metadata}
+	finish = finish && jd.Status.Terminal()
+	var ev blackboard.Event
+	if finish {
+		ev, err = finishedEvent(jd)
+		finish = err == nil // else raised apart, where the failure is logged
+	}
+	if finish {
+		err = s.board.UpdateEmit(ctx, jd.JobID, u, ev)
+	} else {
+		err = s.board.Update(ctx, jd.JobID, u)
+	}
 	if errors.Is(err, blackboard.ErrNotFound) {
 		_, err = s.board.PostIfAbsent(ctx, e)
+		finish = false
 	}
-	return err
+	return finish && err == nil, err
 }
 
 // jobEntry builds the compute.job entry for jd.
@@ -146,6 +168,16 @@ func (s *Store) putDuplicateEntry(ctx context.Context, spec AcceptSpec, j Job) e
 		s.mirrorDuplicate(ctx, now.JobData, spec.EntryID, spec.Submitted)
 	}
 	return nil
+}
+
+// hasDuplicates reports whether record h lists a duplicate request.
+func hasDuplicates(h map[string]string) bool {
+	for k := range h {
+		if strings.HasPrefix(k, dupPrefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // mirrorDuplicates rewrites the entries of the duplicates listed in record

@@ -34,18 +34,27 @@ func (s *Store) EmitFinished(ctx context.Context, jd wire.JobData) {
 	if !jd.Status.Terminal() {
 		return
 	}
+	ev, err := finishedEvent(jd)
+	if err == nil {
+		_, err = s.board.Emit(ctx, ev)
+	}
+	if err != nil {
+		s.log.Warn("job finished, event not emitted", "job", jd.JobID, "status", jd.Status, "err", err)
+	}
+}
+
+// finishedEvent is EventJobFinished for a terminal jd.
+func finishedEvent(jd wire.JobData) (blackboard.Event, error) {
 	ev := JobFinishedEvent{JobID: jd.JobID, Status: jd.Status, RequestEntryID: jd.RequestEntryID,
 		Account: jd.Account, ExitCode: jd.ExitCode, ReasonCode: jd.ReasonCode, FinishedAt: jd.FinishedAt}
 	if jd.Error != nil {
 		ev.ErrorCode = jd.Error.Code
 	}
 	p, err := json.Marshal(ev)
-	if err == nil {
-		_, err = s.board.Emit(ctx, blackboard.Event{Type: EventJobFinished, Source: wire.SourceModule, Payload: p})
-	}
 	if err != nil {
-		s.log.Warn("job finished, event not emitted", "job", jd.JobID, "status", jd.Status, "err", err)
+		return blackboard.Event{}, err
 	}
+	return blackboard.Event{Type: EventJobFinished, Source: wire.SourceModule, Payload: p}, nil
 }
 
 // EventJobCorrected is raised (source "compute") when a job's terminal

@@ -86,14 +86,18 @@ func (s *Store) Transition(ctx context.Context, jobID string, from, to wire.JobS
 	case transNode:
 		return Job{}, fmt.Errorf("jobs: transition %s %s → %s: %w: node is %q, not %q", jobID, from, to, ErrConflict, v, u.ExpectNode)
 	case transWithdrawn:
-		j, err := decodeRecord(pairs(v))
+		h := pairs(v)
+		j, err := decodeRecord(h)
+		finished := false
 		if err == nil {
-			err = s.updateJobEntry(ctx, j.JobData)
+			finished, err = s.mirrorJob(ctx, j.JobData, !hasDuplicates(h))
 		}
 		if err != nil {
 			return Job{}, fmt.Errorf("jobs: transition %s: cancelled at start: %w", jobID, err)
 		}
-		s.EmitFinished(ctx, j.JobData)
+		if !finished {
+			s.EmitFinished(ctx, j.JobData)
+		}
 		s.stats.cancelledAtStart.Add(1)
 		return Job{}, fmt.Errorf("jobs: transition %s %s → %s: %w", jobID, from, to, ErrWithdrawn)
 	}
@@ -102,11 +106,19 @@ func (s *Store) Transition(ctx context.Context, jobID string, from, to wire.JobS
 	if err != nil {
 		return Job{}, fmt.Errorf("jobs: transition %s: %w", jobID, err)
 	}
-	if err := s.updateJobEntry(ctx, j.JobData); err != nil {
+	// compute.job.finished follows the entries: with the job's own entry,
+	// in its step, unless duplicates' entries are to follow it first.
+	dups := hasDuplicates(h)
+	finished, err := s.mirrorJob(ctx, j.JobData, !dups)
+	if err != nil {
 		return j, fmt.Errorf("jobs: transition %s: record changed, entry not updated: %w", jobID, err)
 	}
-	s.mirrorDuplicates(ctx, j.JobData, h)
-	s.EmitFinished(ctx, j.JobData)
+	if dups {
+		s.mirrorDuplicates(ctx, j.JobData, h)
+	}
+	if !finished {
+		s.EmitFinished(ctx, j.JobData)
+	}
 	if from.Terminal() { // a correction (wire.LegalCorrection)
 		s.emitCorrected(ctx, j.JobData, from)
 	}

@@ -508,3 +508,89 @@ func BenchmarkWithdrawnCheck(b *testing.B) {
 		}
 	})
 }
+
+// TestFinishedWithEntry: a job's end takes two round trips (the record's
+// step, then the job entry's update with compute.job.finished in the same
+// step; three before), and the event comes after the entries that say how
+// the job ended: its own, and its duplicates' when it has some.
+func TestFinishedWithEntry(t *testing.T) {
+	bd := newBoard(t)
+	s := bd.jobs
+	ctx := t.Context()
+	var rt roundTrips
+	bd.rdb.AddHook(&rt)
+	zero := 0
+	start := func(j Job) {
+		t.Helper()
+		if _, err := s.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, Update{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	end := func(j Job) int64 {
+		t.Helper()
+		n := rt.n.Load()
+		if _, err := s.Transition(ctx, j.JobID, wire.JobRunning, wire.JobSucceeded, Update{ExitCode: &zero}); err != nil {
+			t.Fatal(err)
+		}
+		return rt.n.Load() - n
+	}
+	// after returns the stream's events from cursor on: type and entry id.
+	after := func(cursor string) ([]string, string) {
+		t.Helper()
+		evs, next, err := bd.store.Events(ctx, cursor, "", 1000, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range evs {
+			var p struct {
+				EntryID string `json:"entry_id"`
+				JobID   string `json:"job_id"`
+				Field   string `json:"field"`
+			}
+			_ = json.Unmarshal(e.Payload, &p)
+			out = append(out, e.Type+" "+p.EntryID+p.JobID+" "+p.Field)
+		}
+		return out, next
+	}
+
+	j, _ := bd.accept(t, s, bd.post(t, "m", okData))
+	start(j)
+	_, cursor := after("0")
+	if n := end(j); n != 2 {
+		t.Errorf("the end took %d round trips, want 2", n)
+	}
+	got, cursor := after(cursor)
+	want := []string{
+		blackboard.EventEntryUpdated + " " + j.JobID + " data",
+		blackboard.EventEntryUpdated + " " + j.JobID + " metadata",
+		EventJobFinished + " " + j.JobID + " ",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("events of the end (-want +got):\n%s", diff)
+	}
+
+	// With a duplicate, the event follows the duplicate's entry too.
+	first := bd.post(t, "m", `{"command":["x"],"idempotency_key":"k1"}`)
+	second := bd.post(t, "m", `{"command":["x"],"idempotency_key":"k1"}`)
+	j1, _ := bd.accept(t, s, first)
+	bd.accept(t, s, second)
+	dup := wire.JobID(second.EntryID)
+	start(j1)
+	_, cursor = after(cursor)
+	end(j1)
+	got, _ = after(cursor)
+	want = []string{
+		blackboard.EventEntryUpdated + " " + j1.JobID + " data",
+		blackboard.EventEntryUpdated + " " + j1.JobID + " metadata",
+		blackboard.EventEntryUpdated + " " + dup + " data",
+		blackboard.EventEntryUpdated + " " + dup + " metadata",
+		EventJobFinished + " " + j1.JobID + " ",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("events of the end with a duplicate (-want +got):\n%s", diff)
+	}
+	if f := bd.finishedEvents(t); len(f) != 2 || f[j.JobID]["status"] != "succeeded" || f[j1.JobID]["status"] != "succeeded" {
+		t.Errorf("finished events %v", f)
+	}
+}

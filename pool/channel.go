@@ -305,6 +305,20 @@ func (c *Channel) Settle(ctx context.Context, node string, jobIDs ...string) err
 	return c.rdb.SRem(ctx, c.keys.NodeJobs(node), m...).Err()
 }
 
+// ReportSettle is Report(r) and Settle(r.Node, r.JobID) in one round
+// trip, the report first: an agent's end of a job.
+func (c *Channel) ReportSettle(ctx context.Context, r Report) error {
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.XAdd(ctx, c.reportArgs(r))
+		p.SRem(ctx, c.keys.NodeJobs(r.Node), r.JobID)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("pool: report and settle %s: %w", r.JobID, err)
+	}
+	return nil
+}
+
 // Hold puts jobs back in node's job set (a job its agent re-asserted
 // after Redis lost the assignment), so a restarted agent finds them.
 func (c *Channel) Hold(ctx context.Context, node string, jobIDs ...string) error {
@@ -380,8 +394,7 @@ func (c *Channel) Report(ctx context.Context, rs ...Report) error {
 	}
 	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, r := range rs {
-			p.XAdd(ctx, &redis.XAddArgs{Stream: c.keys.PoolReports(), MaxLen: c.maxLen, Approx: true,
-				Values: []any{"job", r.JobID, "node", r.Node, "event", r.Event, "status", r.Status}})
+			p.XAdd(ctx, c.reportArgs(r))
 		}
 		return nil
 	})
@@ -389,6 +402,12 @@ func (c *Channel) Report(ctx context.Context, rs ...Report) error {
 		return fmt.Errorf("pool: report: %w", err)
 	}
 	return nil
+}
+
+// reportArgs is the XADD of report r.
+func (c *Channel) reportArgs(r Report) *redis.XAddArgs {
+	return &redis.XAddArgs{Stream: c.keys.PoolReports(), MaxLen: c.maxLen, Approx: true,
+		Values: []any{"job", r.JobID, "node", r.Node, "event", r.Event, "status", r.Status}}
 }
 
 // LastReport is the ID of the newest report ("0-0" when none): where a

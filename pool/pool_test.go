@@ -227,6 +227,49 @@ func TestReports(t *testing.T) {
 	if len(rs) != 0 {
 		t.Fatalf("after the last: %+v", rs)
 	}
+
+	// ReportSettle: the end's report, and the job gone from its node's
+	// set (and only that job), in one round trip.
+	last = newestReport(t, ch)
+	if err := ch.Hold(ctx, "n1", "a", "c"); err != nil {
+		t.Fatal(err)
+	}
+	var rt roundTrips
+	rdb.AddHook(&rt)
+	if err := ch.ReportSettle(ctx, Report{JobID: "a", Node: "n1", Event: EventEnded, Status: "succeeded"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := rt.n.Load(); n != 1 {
+		t.Errorf("ReportSettle took %d round trips, want 1", n)
+	}
+	rs, err = ch.Reports(ctx, last, 10, 0)
+	if err != nil || len(rs) != 1 || rs[0] != (Report{ID: rs[0].ID, JobID: "a", Node: "n1", Event: EventEnded, Status: "succeeded"}) {
+		t.Fatalf("report after ReportSettle: %v %+v", err, rs)
+	}
+	if ids, _ := ch.NodeJobs(ctx, "n1"); !slices.Equal(ids, []string{"c"}) {
+		t.Errorf("n1 jobs after ReportSettle(a): %v, want [c]", ids)
+	}
+}
+
+// newestReport is the id of the newest report.
+func newestReport(t *testing.T, ch *Channel) string {
+	t.Helper()
+	last, err := ch.LastReport(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return last
+}
+
+// roundTrips counts what a client sends: single commands and pipelines.
+type roundTrips struct{ n atomic.Int64 }
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
 }
 
 func TestRegistry(t *testing.T) {

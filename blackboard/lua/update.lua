@@ -13,10 +13,13 @@
 -- ARGV[1] now   ARGV[2] event id prefix   ARGV[3] events MAXLEN
 -- ARGV[4] id    ARGV[5] expected status ('' = any)
 -- ARGV[6] retention (seconds; negative = keep forever)
--- ARGV[7..] field/value pairs, in the order data, confidence, status,
+-- ARGV[7..11] an event appended after the update's own when it applies
+--   (UpdateEmit): type ('' = none), event_id, source, timestamp, payload
+-- ARGV[12..] field/value pairs, in the order data, confidence, status,
 --   priority, tags, metadata; values encoded as in the HASH.
 --
--- Returns {n_changed}; {NOT_FOUND}; or {CONFLICT, current status}.
+-- Returns {n_changed}; {NOT_FOUND}; or {CONFLICT, current status}: nothing
+-- is written then, the event neither.
 
 local now, prefix, maxlen, id, expect, retention = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local ek, expiry, events = KEYS[1], KEYS[2], KEYS[3]
@@ -36,7 +39,7 @@ local topic, ts = cur[2], cur[3]
 local defaults = { data = 'null', confidence = '1.0', priority = '1', tags = '[]', metadata = '{}' }
 
 local changed = 0
-for i = 7, #ARGV, 2 do
+for i = 12, #ARGV, 2 do
   local field, new = ARGV[i], ARGV[i + 1]
   if field == 'status' then
     if set_status(ek, expiry, id, new, events, maxlen, prefix, now) then
@@ -67,5 +70,9 @@ for i = 7, #ARGV, 2 do
       changed = changed + 1
     end
   end
+end
+if ARGV[7] ~= '' then
+  redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'event_id', ARGV[8], 'event_type', ARGV[7],
+    'source', ARGV[9], 'timestamp', ARGV[10], 'payload', ARGV[11])
 end
 return { changed }
