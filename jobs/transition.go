@@ -88,12 +88,15 @@ func (s *Store) Transition(ctx context.Context, jobID string, from, to wire.JobS
 	case transWithdrawn:
 		h := pairs(v)
 		j, err := decodeRecord(h)
-		finished := false
+		finished, dups := false, hasDuplicates(h)
 		if err == nil {
-			finished, err = s.mirrorJob(ctx, j.JobData, !hasDuplicates(h))
+			finished, err = s.mirrorJob(ctx, j.JobData, !dups)
 		}
 		if err != nil {
 			return Job{}, fmt.Errorf("jobs: transition %s: cancelled at start: %w", jobID, err)
+		}
+		if dups {
+			s.mirrorDuplicates(ctx, j.JobData, h)
 		}
 		if !finished {
 			s.EmitFinished(ctx, j.JobData)

@@ -209,6 +209,40 @@ func TestStartWithdrawn(t *testing.T) {
 	}
 }
 
+// TestStartWithdrawnDuplicate: a job cancelled at its start (its request
+// retracted) ends its duplicates' entries too, before compute.job.finished,
+// as any other end does. They stayed queued for good before: a poster
+// waiting on the duplicate's job id never saw it end.
+func TestStartWithdrawnDuplicate(t *testing.T) {
+	bd := newBoard(t)
+	s := bd.jobs
+	ctx := t.Context()
+	first := bd.post(t, "m", `{"command":["x"],"idempotency_key":"k1"}`)
+	second := bd.post(t, "m", `{"command":["x"],"idempotency_key":"k1"}`)
+	j, _ := bd.accept(t, s, first)
+	bd.accept(t, s, second)
+	if err := bd.rdb.HSet(ctx, bd.keys.Entry(first.EntryID), "status", "retracted").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, Update{Node: "n1"}); !errors.Is(err, ErrWithdrawn) {
+		t.Fatalf("start: %v, want ErrWithdrawn", err)
+	}
+	if jd, _ := bd.jobEntry(t, second.EntryID); jd.Status != wire.JobCancelled {
+		t.Errorf("duplicate's job entry after the original was cancelled at start: %+v", jd)
+	}
+	evs, _, err := bd.store.Events(ctx, "0", "", 1000, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	for _, e := range evs {
+		last = e.Type
+	}
+	if last != EventJobFinished {
+		t.Errorf("last event %q, want %s after the entries' updates", last, EventJobFinished)
+	}
+}
+
 // TestJobFinishedOnTransition: a transition to a terminal status raises
 // one compute.job.finished naming the job, its status, its request and its
 // exit and error codes; other transitions raise none.
