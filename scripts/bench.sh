@@ -250,6 +250,9 @@ e2e_summary() {
   printf 'e2e latency p50 splits: post→accepted %s ms, accepted→running %s ms, running→process started %s ms; exit→recorded %s ms, recorded→seen %s ms\n' \
     "$(ms "$(ekv $c latency post_to_accepted_p50_us)")" "$(ms "$(ekv $c latency accepted_to_running_p50_us)")" "$(ms "$(ekv $c latency running_to_started_p50_us)")" \
     "$(ms "$(ekv $c latency exit_to_recorded_p50_us)")" "$(ms "$(ekv $c latency recorded_to_observed_p50_us)")"
+  printf 'e2e latency p99 splits: post→accepted %s ms, accepted→running %s ms, running→process started %s ms; exit→recorded %s ms, recorded→seen %s ms\n' \
+    "$(ms "$(ekv $c latency post_to_accepted_p99_us)")" "$(ms "$(ekv $c latency accepted_to_running_p99_us)")" "$(ms "$(ekv $c latency running_to_started_p99_us)")" \
+    "$(ms "$(ekv $c latency exit_to_recorded_p99_us)")" "$(ms "$(ekv $c latency recorded_to_observed_p99_us)")"
   local rb aq
   rb=$(ekv $c pending redis_bytes_per_job); aq=$(ekv asynq pending redis_bytes_per_task)
   printf 'e2e %s unplaceable pending jobs, per job: Redis %s B = %s asynq'"'"'s %s B per pending task (same Redis); adapter RSS %s B (%s–%s B over the CPU sample), Go heap %s B (goal ≤ 2048 B each)\n' \

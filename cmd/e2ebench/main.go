@@ -594,10 +594,12 @@ func (b *bench) latency(ctx context.Context, stdout io.Writer) error {
 	}
 	us := func(d []time.Duration, q float64) int64 { return quantile(d, q).Microseconds() }
 	fmt.Fprintf(stdout, "side=computeboard part=latency n=%d post_to_started_p50_us=%d post_to_started_p99_us=%d exit_to_succeeded_p50_us=%d exit_to_succeeded_p99_us=%d forkexec_exec_to_started_p50_us=%d forkexec_exec_to_started_p99_us=%d"+
-		" post_to_accepted_p50_us=%d accepted_to_running_p50_us=%d running_to_started_p50_us=%d exit_to_recorded_p50_us=%d recorded_to_observed_p50_us=%d\n",
+		" post_to_accepted_p50_us=%d accepted_to_running_p50_us=%d running_to_started_p50_us=%d exit_to_recorded_p50_us=%d recorded_to_observed_p50_us=%d"+
+		" post_to_accepted_p99_us=%d accepted_to_running_p99_us=%d running_to_started_p99_us=%d exit_to_recorded_p99_us=%d recorded_to_observed_p99_us=%d\n",
 		n, us(postToStarted, 0.5), us(postToStarted, 0.99), us(exitToSucceeded, 0.5), us(exitToSucceeded, 0.99),
 		us(base, 0.5), us(base, 0.99),
-		us(postToAccepted, 0.5), us(acceptedToRunning, 0.5), us(runningToStarted, 0.5), us(exitToRecorded, 0.5), us(recordedToObserved, 0.5))
+		us(postToAccepted, 0.5), us(acceptedToRunning, 0.5), us(runningToStarted, 0.5), us(exitToRecorded, 0.5), us(recordedToObserved, 0.5),
+		us(postToAccepted, 0.99), us(acceptedToRunning, 0.99), us(runningToStarted, 0.99), us(exitToRecorded, 0.99), us(recordedToObserved, 0.99))
 	return nil
 }
 

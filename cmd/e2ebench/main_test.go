@@ -71,6 +71,24 @@ func TestRun(t *testing.T) {
 			t.Errorf("RSS per job: min %v, at the end %v, max %v; want min ≤ end ≤ max", lo, at, hi)
 		}
 	}
+	// Each split of the latency part comes as p50 and p99, p50 ≤ p99.
+	if _, rest, ok := strings.Cut(out.String(), "side=computeboard part=latency "); ok {
+		kv := map[string]string{}
+		for _, f := range strings.Fields(strings.SplitN(rest, "\n", 2)[0]) {
+			if k, v, ok := strings.Cut(f, "="); ok {
+				kv[k] = v
+			}
+		}
+		for _, split := range []string{"post_to_accepted", "accepted_to_running", "running_to_started", "exit_to_recorded", "recorded_to_observed"} {
+			p50, err50 := strconv.Atoi(kv[split+"_p50_us"])
+			p99, err99 := strconv.Atoi(kv[split+"_p99_us"])
+			if err50 != nil || err99 != nil || p50 > p99 {
+				t.Errorf("%s: p50 %q, p99 %q; want both, p50 ≤ p99", split, kv[split+"_p50_us"], kv[split+"_p99_us"])
+			}
+		}
+	} else {
+		t.Error("no latency line")
+	}
 	// The node runs at most concurrency jobs at once, so they cannot
 	// have been running for more than all of its slots' time.
 	if _, rest, ok := strings.Cut(out.String(), "part=throughput_slots concurrency=4 busy_share="); ok {

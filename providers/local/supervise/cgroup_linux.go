@@ -86,7 +86,20 @@ func (d CgroupDir) configure(cg, prev *Cgroup) error {
 			errs = append(errs, set("cpuset.mems", mems))
 		}
 	}
-	if d.Has(CtlCPU) && (prev == nil || prev.CPUQuota != cg.CPUQuota || prev.CPUPeriod != cg.CPUPeriod) {
+	// A spare's quota is written again even when it is the same: writing it
+	// refills the group's CFS bandwidth for the period. Its earlier tasks'
+	// run time in the current period counts against the group, so a task
+	// that took a spare whose last task had spent its quota was throttled
+	// at its start until the period ended (up to 100 ms), where a new
+	// cgroup starts with its whole quota.
+	refill := prev != nil && prev.CPUQuota > 0 && prev.CPUQuota == cg.CPUQuota && prev.CPUPeriod == cg.CPUPeriod
+	if d.Has(CtlCPU) && refill {
+		if d.V2 {
+			errs = append(errs, set("cpu.max", fmt.Sprintf("%d %d", cg.CPUQuota, cg.CPUPeriod)))
+		} else {
+			errs = append(errs, set("cpu.cfs_quota_us", strconv.FormatInt(cg.CPUQuota, 10)))
+		}
+	} else if d.Has(CtlCPU) && (prev == nil || prev.CPUQuota != cg.CPUQuota || prev.CPUPeriod != cg.CPUPeriod) {
 		if prev != nil && prev.CPUQuota > 0 {
 			if d.V2 {
 				errs = append(errs, set("cpu.max", "max"))
