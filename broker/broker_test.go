@@ -16,6 +16,7 @@ import (
 
 	"github.com/computeboard/computeboard/blackboard"
 	"github.com/computeboard/computeboard/internal/clock"
+	"github.com/computeboard/computeboard/internal/redistest"
 	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
 )
@@ -323,8 +324,7 @@ func TestReclaimTakesTheBacklogAtOnce(t *testing.T) {
 	if err := scriptClaim.Load(t.Context(), bd.rdb).Err(); err != nil {
 		t.Fatal(err)
 	}
-	var rt roundTrips
-	bd.rdb.AddHook(&rt)
+	rt := redistest.CountRoundTrips(bd.rdb)
 	got, err := b.reclaimStep(t.Context())
 	if err != nil || got != n {
 		t.Fatalf("one reclaim round took over %d of %d (%v)", got, n, err)
@@ -332,7 +332,7 @@ func TestReclaimTakesTheBacklogAtOnce(t *testing.T) {
 	// A few for the lanes and the refresh, then per batch of at most 252
 	// (three here, 22 round trips in all when this was written):
 	// the claim and three look-ups.
-	if trips := rt.n.Load(); trips > 30 {
+	if trips := rt.N(); trips > 30 {
 		t.Errorf("taking over %d requests took %d round trips, want at most 30", n, trips)
 	}
 	if b.inbox.Len() != n {

@@ -4,27 +4,15 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/internal/redistest"
 	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/wire"
 )
-
-// roundTrips counts the commands and pipelines a client sends.
-type roundTrips struct{ n atomic.Int64 }
-
-func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
-}
-func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
-}
 
 // requestState is what accepting request id wrote, with the request's and
 // the job's ids replaced by REQ and JOB so that two requests' states
@@ -102,10 +90,9 @@ func TestAcceptBatchOneStep(t *testing.T) {
 	if err := scriptIntake.Load(ctx, bd.rdb).Err(); err != nil {
 		t.Fatal(err)
 	}
-	var rt roundTrips
-	bd.rdb.AddHook(&rt)
+	rt := redistest.CountRoundTrips(bd.rdb)
 	res := b.AcceptBatch(ctx, ds)
-	if n := rt.n.Load(); n != 1 {
+	if n := rt.N(); n != 1 {
 		t.Errorf("AcceptBatch of 3 new requests took %d round trips, want 1", n)
 	}
 	for i, r := range res {

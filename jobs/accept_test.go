@@ -1,27 +1,13 @@
 package jobs
 
 import (
-	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/internal/redistest"
 	"github.com/computeboard/computeboard/wire"
 )
-
-// roundTrips counts what a client sends: single commands and pipelines.
-type roundTrips struct{ n atomic.Int64 }
-
-func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
-}
-func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
-}
 
 // TestAcceptBatch: one result per spec, as successive Accepts would give:
 // a new key creates its job, a repeated key (in the batch or before it)
@@ -54,10 +40,9 @@ func TestAcceptBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	specs := []AcceptSpec{fresh, dupA, dupB, again, retracted, expired, wrong}
-	var rt roundTrips
-	bd.rdb.AddHook(&rt)
+	rt := redistest.CountRoundTrips(bd.rdb)
 	res := s.AcceptBatch(ctx, specs)
-	if n := rt.n.Load(); n != 2 {
+	if n := rt.N(); n != 2 {
 		t.Errorf("AcceptBatch took %d round trips, want 2 (the scripts, the existing records)", n)
 	}
 	for i, r := range res {

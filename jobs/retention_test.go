@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/internal/redistest"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -173,13 +174,12 @@ func TestResolveKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	refs := []KeyRef{{"m", "k1"}, {"m", "old"}, {"m", "none"}, {"n", "gone"}, {"n", "k1"}}
-	var rt roundTrips
-	bd.rdb.AddHook(&rt)
+	rt := redistest.CountRoundTrips(bd.rdb)
 	got, err := s.ResolveKeys(ctx, refs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := rt.n.Load(); n != 2 {
+	if n := rt.N(); n != 2 {
 		t.Errorf("%d round trips, want 2", n)
 	}
 	for i, r := range refs {

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/computeboard/computeboard/blackboard"
+	"github.com/computeboard/computeboard/internal/redistest"
 	"github.com/computeboard/computeboard/wire"
 )
 
@@ -551,8 +552,7 @@ func TestFinishedWithEntry(t *testing.T) {
 	bd := newBoard(t)
 	s := bd.jobs
 	ctx := t.Context()
-	var rt roundTrips
-	bd.rdb.AddHook(&rt)
+	rt := redistest.CountRoundTrips(bd.rdb)
 	zero := 0
 	start := func(j Job) {
 		t.Helper()
@@ -562,11 +562,11 @@ func TestFinishedWithEntry(t *testing.T) {
 	}
 	end := func(j Job) int64 {
 		t.Helper()
-		n := rt.n.Load()
+		n := rt.N()
 		if _, err := s.Transition(ctx, j.JobID, wire.JobRunning, wire.JobSucceeded, Update{ExitCode: &zero}); err != nil {
 			t.Fatal(err)
 		}
-		return rt.n.Load() - n
+		return rt.N() - n
 	}
 	// after returns the stream's events from cursor on: type and entry id.
 	after := func(cursor string) ([]string, string) {

@@ -234,12 +234,11 @@ func TestReports(t *testing.T) {
 	if err := ch.Hold(ctx, "n1", "a", "c"); err != nil {
 		t.Fatal(err)
 	}
-	var rt roundTrips
-	rdb.AddHook(&rt)
+	rt := redistest.CountRoundTrips(rdb)
 	if err := ch.ReportSettle(ctx, Report{JobID: "a", Node: "n1", Event: EventEnded, Status: "succeeded"}); err != nil {
 		t.Fatal(err)
 	}
-	if n := rt.n.Load(); n != 1 {
+	if n := rt.N(); n != 1 {
 		t.Errorf("ReportSettle took %d round trips, want 1", n)
 	}
 	rs, err = ch.Reports(ctx, last, 10, 0)
@@ -259,17 +258,6 @@ func newestReport(t *testing.T, ch *Channel) string {
 		t.Fatal(err)
 	}
 	return last
-}
-
-// roundTrips counts what a client sends: single commands and pipelines.
-type roundTrips struct{ n atomic.Int64 }
-
-func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
-}
-func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
 }
 
 func TestRegistry(t *testing.T) {

@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -439,4 +440,27 @@ func freeClusterPort() (int, error) {
 		return p, nil
 	}
 	return 0, errors.New("redistest: no free port pair for a cluster node")
+}
+
+// RoundTrips counts what a client sends to Redis once CountRoundTrips has
+// hooked it: each single command and each pipeline is one round trip.
+type RoundTrips struct{ n atomic.Int64 }
+
+// CountRoundTrips hooks a new counter onto rdb and returns it.
+func CountRoundTrips(rdb redis.UniversalClient) *RoundTrips {
+	rt := &RoundTrips{}
+	rdb.AddHook(rt)
+	return rt
+}
+
+// N is how many round trips were counted so far.
+func (rt *RoundTrips) N() int64 { return rt.n.Load() }
+
+// DialHook, ProcessHook and ProcessPipelineHook make it a redis.Hook.
+func (rt *RoundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (rt *RoundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { rt.n.Add(1); return next(ctx, cmd) }
+}
+func (rt *RoundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { rt.n.Add(1); return next(ctx, cmds) }
 }

@@ -515,6 +515,22 @@ func TestCgroupPlan(t *testing.T) {
 	}
 }
 
+// spareNames lists the spare cgroups in the cgroup directory base.
+func spareNames(t *testing.T, base string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		if _, _, ok := supervise.SpareOwner(e.Name()); ok {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
 // TestSpareQuotaRefilled: a task that takes a spare cgroup with the same
 // CPU quota starts with the whole quota, as in a new cgroup. The CFS
 // bandwidth spent in the current period is the group's, so before, a task
@@ -545,16 +561,7 @@ func TestSpareQuotaRefilled(t *testing.T) {
 	// throttled returns the spare's nr_throttled (its only spare).
 	throttled := func() int {
 		t.Helper()
-		ents, err := os.ReadDir(base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var spares []string
-		for _, e := range ents {
-			if _, _, ok := supervise.SpareOwner(e.Name()); ok {
-				spares = append(spares, e.Name())
-			}
-		}
+		spares := spareNames(t, base)
 		if len(spares) != 1 {
 			t.Fatalf("spares in %s: %v; want one", base, spares)
 		}
@@ -642,16 +649,7 @@ func TestCgroupSpares(t *testing.T) {
 		t.Helper()
 		var first []string
 		for i, base := range bases {
-			ents, err := os.ReadDir(base)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var names []string
-			for _, e := range ents {
-				if _, _, ok := supervise.SpareOwner(e.Name()); ok {
-					names = append(names, e.Name())
-				}
-			}
+			names := spareNames(t, base)
 			if i == 0 {
 				first = names
 			} else if !slices.Equal(names, first) {

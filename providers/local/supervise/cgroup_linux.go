@@ -92,13 +92,10 @@ func (d CgroupDir) configure(cg, prev *Cgroup) error {
 	// that took a spare whose last task had spent its quota was throttled
 	// at its start until the period ended (up to 100 ms), where a new
 	// cgroup starts with its whole quota.
-	refill := prev != nil && prev.CPUQuota > 0 && prev.CPUQuota == cg.CPUQuota && prev.CPUPeriod == cg.CPUPeriod
+	// (Spares are v1 directories only.)
+	refill := prev != nil && !d.V2 && prev.CPUQuota > 0 && prev.CPUQuota == cg.CPUQuota && prev.CPUPeriod == cg.CPUPeriod
 	if d.Has(CtlCPU) && refill {
-		if d.V2 {
-			errs = append(errs, set("cpu.max", fmt.Sprintf("%d %d", cg.CPUQuota, cg.CPUPeriod)))
-		} else {
-			errs = append(errs, set("cpu.cfs_quota_us", strconv.FormatInt(cg.CPUQuota, 10)))
-		}
+		errs = append(errs, set("cpu.cfs_quota_us", strconv.FormatInt(cg.CPUQuota, 10)))
 	} else if d.Has(CtlCPU) && (prev == nil || prev.CPUQuota != cg.CPUQuota || prev.CPUPeriod != cg.CPUPeriod) {
 		if prev != nil && prev.CPUQuota > 0 {
 			if d.V2 {
