@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -211,8 +212,9 @@ func workDir(t testing.TB) string {
 //	hog MIB          allocate and touch MIB mebibytes, keep them, then
 //	                 write "survived" to stdout
 //	spin N           keep N threads busy until killed
-//	burn MS          keep one thread busy for MS milliseconds of CPU time,
-//	                 then exit 0
+//	burn MS [N]      keep N threads (one by default) busy until the
+//	                 process has used MS milliseconds of CPU time, then
+//	                 exit 0
 //	cpus             write the CPUs the process may run on
 //	                 (Cpus_allowed_list) to stdout
 //	exit-when F N    write "ran\n" to stdout, wait until file F exists,
@@ -358,14 +360,24 @@ func helperMain(args []string) int {
 		runtime.KeepAlive(kept)
 	case "burn":
 		ms, _ := strconv.Atoi(arg(1))
-		for x := 0; ; x++ {
-			var ru syscall.Rusage
-			if x%1024 == 0 && syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil &&
-				time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) >= time.Duration(ms)*time.Millisecond {
-				break
-			}
-			spinSink.Store(int64(x))
+		threads := 1
+		if len(args) > 2 {
+			threads, _ = strconv.Atoi(args[2])
 		}
+		var wg sync.WaitGroup
+		for range threads {
+			wg.Go(func() {
+				for x := 0; ; x++ {
+					var ru syscall.Rusage
+					if x%1024 == 0 && syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil &&
+						time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) >= time.Duration(ms)*time.Millisecond {
+						return
+					}
+					spinSink.Store(int64(x))
+				}
+			})
+		}
+		wg.Wait()
 	case "spin":
 		n, _ := strconv.Atoi(arg(1))
 		for range n {
