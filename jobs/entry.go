@@ -170,6 +170,26 @@ func (s *Store) putDuplicateEntry(ctx context.Context, spec AcceptSpec, j Job) e
 	return nil
 }
 
+// mirrorAll writes jd, the job of record h, onto its job entry and its
+// duplicates' entries, and raises a terminal jd's compute.job.finished
+// after them: with the job's own entry, in its step, unless duplicates'
+// entries are to follow it first. Only the job entry's failure is
+// returned (nothing after it is done then); the others are logged.
+func (s *Store) mirrorAll(ctx context.Context, jd wire.JobData, h map[string]string) error {
+	dups := hasDuplicates(h)
+	finished, err := s.mirrorJob(ctx, jd, !dups)
+	if err != nil {
+		return err
+	}
+	if dups {
+		s.mirrorDuplicates(ctx, jd, h)
+	}
+	if !finished {
+		s.EmitFinished(ctx, jd)
+	}
+	return nil
+}
+
 // hasDuplicates reports whether record h lists a duplicate request.
 func hasDuplicates(h map[string]string) bool {
 	for k := range h {

@@ -88,18 +88,11 @@ func (s *Store) Transition(ctx context.Context, jobID string, from, to wire.JobS
 	case transWithdrawn:
 		h := pairs(v)
 		j, err := decodeRecord(h)
-		finished, dups := false, hasDuplicates(h)
 		if err == nil {
-			finished, err = s.mirrorJob(ctx, j.JobData, !dups)
+			err = s.mirrorAll(ctx, j.JobData, h)
 		}
 		if err != nil {
 			return Job{}, fmt.Errorf("jobs: transition %s: cancelled at start: %w", jobID, err)
-		}
-		if dups {
-			s.mirrorDuplicates(ctx, j.JobData, h)
-		}
-		if !finished {
-			s.EmitFinished(ctx, j.JobData)
 		}
 		s.stats.cancelledAtStart.Add(1)
 		return Job{}, fmt.Errorf("jobs: transition %s %s → %s: %w", jobID, from, to, ErrWithdrawn)
@@ -109,18 +102,8 @@ func (s *Store) Transition(ctx context.Context, jobID string, from, to wire.JobS
 	if err != nil {
 		return Job{}, fmt.Errorf("jobs: transition %s: %w", jobID, err)
 	}
-	// compute.job.finished follows the entries: with the job's own entry,
-	// in its step, unless duplicates' entries are to follow it first.
-	dups := hasDuplicates(h)
-	finished, err := s.mirrorJob(ctx, j.JobData, !dups)
-	if err != nil {
+	if err := s.mirrorAll(ctx, j.JobData, h); err != nil {
 		return j, fmt.Errorf("jobs: transition %s: record changed, entry not updated: %w", jobID, err)
-	}
-	if dups {
-		s.mirrorDuplicates(ctx, j.JobData, h)
-	}
-	if !finished {
-		s.EmitFinished(ctx, j.JobData)
 	}
 	if from.Terminal() { // a correction (wire.LegalCorrection)
 		s.emitCorrected(ctx, j.JobData, from)

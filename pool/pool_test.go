@@ -230,7 +230,9 @@ func TestReports(t *testing.T) {
 
 	// ReportSettle: the end's report, and the job gone from its node's
 	// set (and only that job), in one round trip.
-	last = newestReport(t, ch)
+	if last, err = ch.LastReport(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := ch.Hold(ctx, "n1", "a", "c"); err != nil {
 		t.Fatal(err)
 	}
@@ -248,16 +250,6 @@ func TestReports(t *testing.T) {
 	if ids, _ := ch.NodeJobs(ctx, "n1"); !slices.Equal(ids, []string{"c"}) {
 		t.Errorf("n1 jobs after ReportSettle(a): %v, want [c]", ids)
 	}
-}
-
-// newestReport is the id of the newest report.
-func newestReport(t *testing.T, ch *Channel) string {
-	t.Helper()
-	last, err := ch.LastReport(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return last
 }
 
 func TestRegistry(t *testing.T) {

@@ -93,10 +93,12 @@ func (d CgroupDir) configure(cg, prev *Cgroup) error {
 	// at its start until the period ended (up to 100 ms), where a new
 	// cgroup starts with its whole quota.
 	// (Spares are v1 directories only.)
-	refill := prev != nil && !d.V2 && prev.CPUQuota > 0 && prev.CPUQuota == cg.CPUQuota && prev.CPUPeriod == cg.CPUPeriod
-	if d.Has(CtlCPU) && refill {
+	sameCPU := prev != nil && prev.CPUQuota == cg.CPUQuota && prev.CPUPeriod == cg.CPUPeriod
+	switch {
+	case !d.Has(CtlCPU):
+	case sameCPU && cg.CPUQuota > 0 && !d.V2:
 		errs = append(errs, set("cpu.cfs_quota_us", strconv.FormatInt(cg.CPUQuota, 10)))
-	} else if d.Has(CtlCPU) && (prev == nil || prev.CPUQuota != cg.CPUQuota || prev.CPUPeriod != cg.CPUPeriod) {
+	case !sameCPU:
 		if prev != nil && prev.CPUQuota > 0 {
 			if d.V2 {
 				errs = append(errs, set("cpu.max", "max"))
