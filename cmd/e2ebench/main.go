@@ -48,7 +48,10 @@
 //     part=pending-redis shows where Redis's bytes went (MEMORY USAGE of the
 //     board's keys, grouped by kind, per pending job). Its Redis baseline is
 //     asynq's bytes per pending task (bench/peers/asynq -pending), run by
-//     scripts/bench.sh on the same Redis.
+//     scripts/bench.sh on the same Redis; part=pending-floor is the same
+//     requests posted to a board no adapter reads, less their intake
+//     messages: the bytes the poster's own request entries keep, which any
+//     layout that keeps the blackboard contract pays (requestFloor).
 //
 // -adapter names the adapter binary (go build -o DIR/adapter ./cmd/adapter;
 // a cb-supervisor binary it runs tasks under, where the build has one, goes
@@ -720,7 +723,55 @@ func (b *bench) pending(ctx context.Context, stdout io.Writer) error {
 		fmt.Fprintf(&sb, " %s=%.0f", k, float64(kinds[k])/float64(want-1))
 	}
 	fmt.Fprintf(stdout, "side=computeboard part=pending-redis pending=%d bytes_per_job_by_key:%s\n", b.o.pending, sb.String())
+	floor, err := b.requestFloor(ctx, data)
+	if err != nil {
+		return fmt.Errorf("pending-floor: %w", err)
+	}
+	fmt.Fprintf(stdout, "side=computeboard part=pending-floor pending=%d request_bytes_per_job=%.0f\n", b.o.pending, floor)
 	return nil
+}
+
+// requestFloor is the pending part's same-run floor: Redis's bytes per
+// request of -pending requests with the same data posted to a fresh board
+// that no adapter reads, with their intake messages then deleted (the
+// adapter deletes each when it accepts the request). What is left is
+// what the blackboard contract has the poster write and keep for as long
+// as its job is pending (the request entry's HASH, its index members and
+// its added event), before computeboard writes anything; with Redis's
+// default hash-max-listpack-value (64) a request whose data is longer
+// than that is kept as a hash table.
+func (b *bench) requestFloor(ctx context.Context, data []byte) (float64, error) {
+	_, store, err := b.newBoard("floor")
+	if err != nil {
+		return 0, err
+	}
+	defer benchutil.DropBoard(b.rdb, store.Keys())
+	m0, err := usedMemory(ctx, b.rdb)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := benchutil.PostSpread(ctx, store, b.o.pending, b.o.posters, data); err != nil {
+		return 0, err
+	}
+	var lanes []string
+	iter := b.rdb.Scan(ctx, 0, store.Keys().Prefix()+":inbox:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		lanes = append(lanes, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return 0, err
+	}
+	if len(lanes) == 0 {
+		return 0, errors.New("no intake lane found after posting")
+	}
+	if err := b.rdb.Unlink(ctx, lanes...).Err(); err != nil {
+		return 0, err
+	}
+	m1, err := usedMemory(ctx, b.rdb)
+	if err != nil {
+		return 0, err
+	}
+	return float64(m1-m0) / float64(b.o.pending), nil
 }
 
 type memory struct{ redis, rss, heap int64 }
