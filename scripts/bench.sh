@@ -260,7 +260,7 @@ e2e_summary() {
     "$(ekv $c pending rss_min_bytes_per_job)" "$(ekv $c pending rss_max_bytes_per_job)" "$(ekv $c pending heap_bytes_per_job)"
   local fl
   fl=$(ekv $c pending-floor request_bytes_per_job)
-  printf 'e2e of those Redis bytes, the poster'"'"'s own request entry (its HASH, index members and added event, posted alone to a board no adapter reads, same run): %s B per request; computeboard'"'"'s own (record, job entry and their indexes and events): %s B\n' \
+  printf 'e2e of those Redis bytes, the poster'"'"'s own request entry (its HASH and index members, posted alone to a board no adapter reads, same run): %s B per request; computeboard'"'"'s own (record, job entry and their indexes and events): %s B\n' \
     "$fl" "$(awk -v a="$rb" -v b="$fl" 'BEGIN { if (a != "" && b != "") printf "%.0f", a - b; else print "n/a" }')"
   printf 'e2e adapter CPU with %s unplaceable pending jobs: %s%% of a core over %s s   idle adapter (0 pending, same run): %s%% (goal < 5%%)\n' \
     "$(ekv $c pending pending)" "$(ekv $c pending cpu_pct)" "$(ekv $c pending secs)" "$(ekv $c idle cpu_pct)"

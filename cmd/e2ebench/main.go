@@ -50,8 +50,9 @@
 //     asynq's bytes per pending task (bench/peers/asynq -pending), run by
 //     scripts/bench.sh on the same Redis; part=pending-floor is the same
 //     requests posted to a board no adapter reads, less their intake
-//     messages: the bytes the poster's own request entries keep, which any
-//     layout that keeps the blackboard contract pays (requestFloor).
+//     messages and the (capped) event stream: the bytes the poster's own
+//     request entries keep, which any layout that keeps the blackboard
+//     contract pays (requestFloor).
 //
 // -adapter names the adapter binary (go build -o DIR/adapter ./cmd/adapter;
 // a cb-supervisor binary it runs tasks under, where the build has one, goes
@@ -734,12 +735,13 @@ func (b *bench) pending(ctx context.Context, stdout io.Writer) error {
 // requestFloor is the pending part's same-run floor: Redis's bytes per
 // request of -pending requests with the same data posted to a fresh board
 // that no adapter reads, with their intake messages then deleted (the
-// adapter deletes each when it accepts the request). What is left is
-// what the blackboard contract has the poster write and keep for as long
-// as its job is pending (the request entry's HASH, its index members and
-// its added event), before computeboard writes anything; with Redis's
-// default hash-max-listpack-value (64) a request whose data is longer
-// than that is kept as a hash table.
+// adapter deletes each when it accepts the request) and the event stream
+// too (its length is capped, so it is not a cost per request). What is
+// left is what the blackboard contract has the poster write and keep for
+// as long as its job is pending (the request entry's HASH and its index
+// members), before computeboard writes anything; with Redis's default
+// hash-max-listpack-value (64) a request whose data is longer than that
+// is kept as a hash table.
 func (b *bench) requestFloor(ctx context.Context, data []byte) (float64, error) {
 	_, store, err := b.newBoard("floor")
 	if err != nil {
@@ -764,7 +766,8 @@ func (b *bench) requestFloor(ctx context.Context, data []byte) (float64, error) 
 	if len(lanes) == 0 {
 		return 0, errors.New("no intake lane found after posting")
 	}
-	if err := b.rdb.Unlink(ctx, lanes...).Err(); err != nil {
+	// DEL, not UNLINK: the memory must be freed before it is read.
+	if err := b.rdb.Del(ctx, append(lanes, store.Keys().Events())...).Err(); err != nil {
 		return 0, err
 	}
 	m1, err := usedMemory(ctx, b.rdb)
