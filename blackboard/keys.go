@@ -140,6 +140,15 @@ func (k Keys) DLQWritten() string { return k.prefix + ":inbox:compute:dlq:writte
 // Job is the durable record of one job (owned by package jobs).
 func (k Keys) Job(id string) string { return k.prefix + ":job:" + id } // HASH
 
+// JobField is the key beside job id's record that holds one of the
+// record's long fields as a STRING (package jobs chooses which: the request
+// as posted, the latest explanation). Kept in the HASH, a field longer than
+// Redis's hash-max-listpack-value (64 bytes by default) would make Redis
+// keep the whole record as a hash table rather than a compact listpack.
+// Scripts build it from the record's key: Job(id) + ":" + field (the same
+// board, so the same Cluster slot).
+func (k Keys) JobField(id, field string) string { return k.Job(id) + ":" + field } // STRING
+
 // JobsIdem maps idempotency key to job id: the layout before keys were
 // scoped per module and expired (still read, never written).
 func (k Keys) JobsIdem() string { return k.prefix + ":jobs:idem" } // HASH

@@ -136,16 +136,16 @@ func (s *Store) AcceptBatch(ctx context.Context, specs []AcceptSpec) []AcceptRes
 	if len(lookup) == 0 {
 		return res
 	}
-	hs := make([]*redis.MapStringStringCmd, len(lookup))
+	hs := make([]recordCmds, len(lookup))
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, i := range lookup {
-			hs[k] = p.HGetAll(ctx, s.keys.Job(res[i].Job.JobID))
+			hs[k] = s.readRecord(ctx, p, res[i].Job.JobID)
 		}
 		return nil
 	})
 	for k, i := range lookup {
 		id := res[i].Job.JobID
-		h, err := hs[k].Result()
+		h, err := hs[k].hash()
 		if err != nil {
 			res[i] = AcceptResult{Err: fmt.Errorf("jobs: get %s: %w", id, err)}
 			continue

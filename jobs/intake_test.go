@@ -152,10 +152,80 @@ func fmtReply(r []any) string {
 	return strings.Join(parts, " ")
 }
 
+// TestRecordRequestInHash: a record written before its long fields had
+// keys of their own keeps them in its HASH (request_data, explanation),
+// and still reads so through Get, GetMany and a transition; a newer, long
+// explanation goes beside it and takes its place, and a short one after
+// that is in the HASH again.
+func TestRecordRequestInHash(t *testing.T) {
+	bd := newBoard(t)
+	ctx := t.Context()
+	data := `{"command":["x"],"priority":9,"account":"m","idempotency_key":"old","resource_requirements":{"cpu_cores":2,"memory":1}}`
+	spec := bd.post(t, "m", data)
+	spec.RequestData = []byte(data)
+	bd.accept(t, bd.jobs, spec)
+	// The layout before: the request in the HASH, no key beside it.
+	req := bd.keys.JobField(spec.JobID, "request_data")
+	if err := bd.rdb.HSet(ctx, bd.keys.Job(spec.JobID), "request_data", bd.rdb.Get(ctx, req).Val()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := bd.rdb.Del(ctx, req).Val(); n != 1 {
+		t.Fatalf("the request key was not there to move: %d", n)
+	}
+	j, err := bd.jobs.Get(ctx, spec.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(spec.Request, j.Request); diff != "" {
+		t.Errorf("Get (-accepted +read):\n%s", diff)
+	}
+	js, err := bd.jobs.GetMany(ctx, []string{spec.JobID})
+	if err != nil || len(js) != 1 {
+		t.Fatalf("GetMany: %v %v", js, err)
+	}
+	if diff := cmp.Diff(spec.Request, js[0].Request); diff != "" {
+		t.Errorf("GetMany (-accepted +read):\n%s", diff)
+	}
+	// An explanation it kept in its HASH gives way to a newer, long one,
+	// which goes beside it; a short one after that is in the HASH again,
+	// and wins over the stale one beside it.
+	if err := bd.rdb.HSet(ctx, bd.keys.Job(spec.JobID), "explanation", `{"reason":"old"}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if j, err = bd.jobs.Get(ctx, spec.JobID); err != nil || string(j.Explanation) != `{"reason":"old"}` {
+		t.Errorf("Get's explanation kept in the HASH: %s (%v)", j.Explanation, err)
+	}
+	long := `{"position":60,"priority":6,"level":4,"reason":"no-fit","message":"0/1 nodes: 1 cpu"}`
+	for _, expl := range []string{long, `{"reason":"short"}`} {
+		if _, err := bd.jobs.Transition(ctx, spec.JobID, wire.JobQueued, wire.JobQueued, Update{Explanation: []byte(expl)}); err != nil {
+			t.Fatal(err)
+		}
+		if j, err = bd.jobs.Get(ctx, spec.JobID); err != nil || string(j.Explanation) != expl {
+			t.Errorf("Get's explanation %s (%v), want %s", j.Explanation, err, expl)
+		}
+		if j, err = bd.jobs.Transition(ctx, spec.JobID, wire.JobQueued, wire.JobQueued, Update{}); err != nil || string(j.Explanation) != expl {
+			t.Errorf("Transition's explanation %s (%v), want %s", j.Explanation, err, expl)
+		}
+	}
+	if bd.rdb.Exists(ctx, bd.keys.JobField(spec.JobID, "explanation")).Val() != 1 {
+		t.Error("the long explanation was not kept beside the record")
+	}
+	j, err = bd.jobs.Transition(ctx, spec.JobID, wire.JobQueued, wire.JobRunning, Update{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(spec.Request, j.Request); diff != "" {
+		t.Errorf("Transition (-accepted +read):\n%s", diff)
+	}
+}
+
 // TestRecordRequestData: a record made from a spec with RequestData keeps
-// the request as posted (one small field, not the request re-encoded with
-// its defaults) and reads back the same Request, defaults included, by
-// Accept's step and by intake_job alike.
+// the request as posted (not the request re-encoded with its defaults),
+// when longer than 64 bytes in its own key beside the record's HASH, and
+// so is a long explanation, so that the HASH of a waiting job has only
+// short fields and Redis keeps it as a listpack; it reads back the same
+// Request, defaults included, by Accept's step and by intake_job alike,
+// through Get and through a transition.
 func TestRecordRequestData(t *testing.T) {
 	bd := newBoard(t)
 	ctx := t.Context()
@@ -179,8 +249,19 @@ func TestRecordRequestData(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, ok := h["request"]; ok || h["request_data"] != string(spec.RequestData) {
-				t.Errorf("%s via %s: record has request %q, request_data %q", name, via, h["request"], h["request_data"])
+			if _, ok := h["request"]; ok {
+				t.Errorf("%s via %s: record has request %q", name, via, h["request"])
+			}
+			// Beside the HASH when longer than Redis's default
+			// hash-max-listpack-value (64), else in it.
+			inHash, beside := h["request_data"], bd.rdb.Get(ctx, bd.keys.JobField(spec.JobID, "request_data")).Val()
+			if long := len(spec.RequestData) > 64; long && (inHash != "" || beside != string(spec.RequestData)) ||
+				!long && (inHash != string(spec.RequestData) || beside != "") {
+				t.Errorf("%s via %s: %d bytes of request, %q in the HASH and %q beside it", name, via, len(spec.RequestData), inHash, beside)
+			}
+			// The longest field left is a float's or an id's: under 64.
+			if enc := bd.rdb.ObjectEncoding(ctx, bd.keys.Job(spec.JobID)).Val(); enc != "listpack" {
+				t.Errorf("%s via %s: the record of a waiting job is a %s, want a listpack", name, via, enc)
 			}
 			j, err := bd.jobs.Get(ctx, spec.JobID)
 			if err != nil {
@@ -188,6 +269,31 @@ func TestRecordRequestData(t *testing.T) {
 			}
 			if diff := cmp.Diff(spec.Request, j.Request); diff != "" {
 				t.Errorf("%s via %s: request read back (-accepted +read):\n%s", name, via, diff)
+			}
+			// An explanation, as the scheduler publishes one for a job that
+			// waits, is as long as the request: beside the HASH too.
+			expl := `{"position":60,"priority":6,"level":4,"reason":"no-fit","message":"0/1 nodes: 1 cpu","placed":false}`
+			if _, err := bd.jobs.Transition(ctx, spec.JobID, wire.JobQueued, wire.JobQueued, Update{Explanation: []byte(expl)}); err != nil {
+				t.Fatal(err)
+			}
+			if bd.rdb.HExists(ctx, bd.keys.Job(spec.JobID), "explanation").Val() {
+				t.Errorf("%s via %s: record's HASH holds the explanation", name, via)
+			}
+			if enc := bd.rdb.ObjectEncoding(ctx, bd.keys.Job(spec.JobID)).Val(); enc != "listpack" {
+				t.Errorf("%s via %s: the record of an explained waiting job is a %s, want a listpack", name, via, enc)
+			}
+			j, err = bd.jobs.Transition(ctx, spec.JobID, wire.JobQueued, wire.JobRunning, Update{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(spec.Request, j.Request); diff != "" {
+				t.Errorf("%s via %s: request of the transition's record (-accepted +read):\n%s", name, via, diff)
+			}
+			if string(j.Explanation) != expl {
+				t.Errorf("%s via %s: explanation of the transition's record %s, want %s", name, via, j.Explanation, expl)
+			}
+			if j, err = bd.jobs.Get(ctx, spec.JobID); err != nil || string(j.Explanation) != expl {
+				t.Errorf("%s via %s: Get's explanation %s (%v), want %s", name, via, j.Explanation, err, expl)
 			}
 		}
 	}

@@ -73,13 +73,19 @@ func TestDuplicateGetsEntry(t *testing.T) {
 	}
 }
 
-// TestJobRetention: a terminal job's record and its idempotency key expire
-// after Retention; an active job's never do.
+// TestJobRetention: a terminal job's record, the fields kept beside it
+// (its request, its explanation) and its idempotency key expire after
+// Retention; an active job's never do.
 func TestJobRetention(t *testing.T) {
 	bd := newBoardWith(t, Config{Retention: time.Hour})
 	s := bd.jobs
 	ctx := t.Context()
-	j, _ := bd.accept(t, s, bd.post(t, "m", `{"command":["x"],"idempotency_key":"k1"}`))
+	// Long enough (over 64 bytes) that the request and the explanation
+	// are kept beside the record.
+	data := `{"command":["x"],"idempotency_key":"k1","resource_requirements":{"cpu_cores":2,"memory":1}}`
+	spec := bd.post(t, "m", data)
+	spec.RequestData = []byte(data)
+	j, _ := bd.accept(t, s, spec)
 	idem := bd.keys.JobIdem("m", "k1")
 	ttl := func(key string) time.Duration {
 		t.Helper()
@@ -92,8 +98,14 @@ func TestJobRetention(t *testing.T) {
 	if d := ttl(bd.keys.Job(j.JobID)); d != -1*time.Millisecond && d != -1 {
 		t.Errorf("active record TTL %v, want none", d)
 	}
+	if d := ttl(bd.keys.JobField(j.JobID, "request_data")); d != -1*time.Millisecond && d != -1 {
+		t.Errorf("active request TTL %v, want none (present: %v)", d, d != -2*time.Millisecond)
+	}
 	if d := ttl(idem); d != -1*time.Millisecond && d != -1 {
 		t.Errorf("active idempotency key TTL %v, want none (present: %v)", d, d != -2*time.Millisecond)
+	}
+	if _, err := s.Transition(ctx, j.JobID, wire.JobQueued, wire.JobQueued, Update{Explanation: []byte(`{"position":60,"priority":6,"level":4,"reason":"no-fit","message":"0/1 nodes: 1 cpu"}`)}); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := s.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, Update{}); err != nil {
 		t.Fatal(err)
@@ -107,6 +119,11 @@ func TestJobRetention(t *testing.T) {
 	}
 	if d := ttl(bd.keys.Job(j.JobID)); d <= 0 || d > time.Hour+2*time.Second {
 		t.Errorf("terminal record TTL %v, want about 1h", d)
+	}
+	for _, f := range sideFields {
+		if d := ttl(bd.keys.JobField(j.JobID, f)); d <= 0 || d > time.Hour+2*time.Second {
+			t.Errorf("terminal %s TTL %v, want about 1h, as the record's", f, d)
+		}
 	}
 	if d := ttl(idem); d <= 0 || d > time.Hour || d > ttl(bd.keys.Job(j.JobID)) {
 		t.Errorf("terminal idempotency key TTL %v, want about 1h and not past the record's", d)

@@ -104,11 +104,57 @@ func (s *Store) Stats() Stats {
 
 // Get reads one job record; ErrNotFound if there is none.
 func (s *Store) Get(ctx context.Context, jobID string) (Job, error) {
-	h, err := s.rdb.HGetAll(ctx, s.keys.Job(jobID)).Result()
+	var r recordCmds
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		r = s.readRecord(ctx, p, jobID)
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return Job{}, fmt.Errorf("jobs: get %s: %w", jobID, err)
+	}
+	h, err := r.hash()
 	if err != nil {
 		return Job{}, fmt.Errorf("jobs: get %s: %w", jobID, err)
 	}
 	return jobFromHash(jobID, h)
+}
+
+// recordCmds reads one job record: its HASH and the fields kept beside it
+// (sideFields, when longer than Redis keeps in a listpack; a record written
+// before keeps them in its HASH, and still reads so).
+type recordCmds struct {
+	h    *redis.MapStringStringCmd
+	side []*redis.StringCmd
+}
+
+// readRecord queues the reads of job id's record on p.
+func (s *Store) readRecord(ctx context.Context, p redis.Pipeliner, id string) recordCmds {
+	r := recordCmds{h: p.HGetAll(ctx, s.keys.Job(id)), side: make([]*redis.StringCmd, len(sideFields))}
+	for i, f := range sideFields {
+		r.side[i] = p.Get(ctx, s.keys.JobField(id, f))
+	}
+	return r
+}
+
+// hash returns the record's fields, those kept beside it included; an
+// empty map when there is no record.
+func (r recordCmds) hash() (map[string]string, error) {
+	h, err := r.h.Result()
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range r.side {
+		v, err := c.Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			return nil, err
+		case len(h) > 0:
+			if _, in := h[sideFields[i]]; !in { // a value in the HASH wins (lib.lua's set_fields)
+				h[sideFields[i]] = v
+			}
+		}
+	}
+	return h, nil
 }
 
 // jobFromHash decodes the record HASH h of jobID, as Get returns it.
@@ -266,21 +312,25 @@ func decodeState(id string, v []any) (State, bool) {
 // GetMany reads the records of ids in one round trip, in order, leaving
 // out those gone.
 func (s *Store) GetMany(ctx context.Context, ids []string) ([]Job, error) {
-	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	cmds := make([]recordCmds, len(ids))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
-			cmds[i] = p.HGetAll(ctx, s.keys.Job(id))
+			cmds[i] = s.readRecord(ctx, p, id)
 		}
 		return nil
-	}); err != nil {
+	}); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("jobs: list active: %w", err)
 	}
 	out := make([]Job, 0, len(ids))
 	for i, c := range cmds {
-		if len(c.Val()) == 0 {
+		h, err := c.hash()
+		if err != nil {
+			return nil, fmt.Errorf("jobs: list active: %s: %w", ids[i], err)
+		}
+		if len(h) == 0 {
 			continue // removed by hand
 		}
-		j, err := decodeRecord(c.Val())
+		j, err := decodeRecord(h)
 		if err != nil {
 			return nil, fmt.Errorf("jobs: list active: %s: %w", ids[i], err)
 		}
@@ -399,7 +449,7 @@ func (s *Store) ResolveKeys(ctx context.Context, refs []KeyRef) ([]Lookup, error
 	}); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("jobs: resolve keys: %w", err)
 	}
-	recs := make([]*redis.MapStringStringCmd, len(refs))
+	recs := make([]*recordCmds, len(refs))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, r := range refs {
 			id, err := own[i].Result()
@@ -413,17 +463,24 @@ func (s *Store) ResolveKeys(ctx context.Context, refs []KeyRef) ([]Lookup, error
 				out[i].Err = fmt.Errorf("jobs: key %q of %s: %w", r.Key, r.Module, err)
 			default:
 				out[i].JobID = id
-				recs[i] = p.HGetAll(ctx, s.keys.Job(id))
+				r := s.readRecord(ctx, p, id)
+				recs[i] = &r
 			}
 		}
 		return nil
-	}); err != nil {
+	}); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("jobs: resolve keys: %w", err)
 	}
 	for i, c := range recs {
-		if c != nil {
-			out[i].Job, out[i].JobErr = jobFromHash(out[i].JobID, c.Val())
+		if c == nil {
+			continue
 		}
+		h, err := c.hash()
+		if err != nil {
+			out[i].JobErr = fmt.Errorf("jobs: get %s: %w", out[i].JobID, err)
+			continue
+		}
+		out[i].Job, out[i].JobErr = jobFromHash(out[i].JobID, h)
 	}
 	return out, nil
 }

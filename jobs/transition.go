@@ -8,6 +8,23 @@ import (
 	"github.com/computeboard/computeboard/wire"
 )
 
+// withSide adds to the record h the fields kept beside it that
+// transition.lua's reply res carries after it (read_record: one per
+// sideFields, nil when absent), unless h has them (see lib.lua's
+// set_fields).
+func withSide(h map[string]string, res []any) map[string]string {
+	for i, f := range sideFields {
+		if len(res) > 2+i {
+			if v, ok := res[2+i].(string); ok {
+				if _, in := h[f]; !in {
+					h[f] = v
+				}
+			}
+		}
+	}
+	return h
+}
+
 // transition.lua's reply codes.
 const (
 	transFenced    = -2 // {-2, epoch}: the fence key holds another epoch
@@ -86,7 +103,7 @@ func (s *Store) Transition(ctx context.Context, jobID string, from, to wire.JobS
 	case transNode:
 		return Job{}, fmt.Errorf("jobs: transition %s %s → %s: %w: node is %q, not %q", jobID, from, to, ErrConflict, v, u.ExpectNode)
 	case transWithdrawn:
-		h := pairs(v)
+		h := withSide(pairs(v), res)
 		j, err := decodeRecord(h)
 		if err == nil {
 			err = s.mirrorAll(ctx, j.JobData, h)
@@ -97,7 +114,7 @@ func (s *Store) Transition(ctx context.Context, jobID string, from, to wire.JobS
 		s.stats.cancelledAtStart.Add(1)
 		return Job{}, fmt.Errorf("jobs: transition %s %s → %s: %w", jobID, from, to, ErrWithdrawn)
 	}
-	h := pairs(v)
+	h := withSide(pairs(v), res)
 	j, err := decodeRecord(h)
 	if err != nil {
 		return Job{}, fmt.Errorf("jobs: transition %s: %w", jobID, err)

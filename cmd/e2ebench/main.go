@@ -34,9 +34,11 @@
 //     CPUs); part=idle samples the adapter's utime+stime (/proc/<pid>/stat)
 //     over -secs with no job pending; then -pending requests asking for one
 //     CPU each (possible on the node, never free) are posted, and once every
-//     one is accepted (P:jobs:active) and -secs of CPU are sampled,
+//     one is accepted (P:jobs:active) and -secs of CPU are sampled, and
+//     then every pending job's record holds its first explanation (the
+//     scheduler publishes 50 a second; at most -explain-wait),
 //     part=pending reports that CPU, and the growth (from before the
-//     requests to after the sample) of Redis's used_memory, of the
+//     requests to after the wait) of Redis's used_memory, of the
 //     adapter's VmRSS (/proc/<pid>/status) and of its Go heap
 //     (go_memstats_heap_alloc_bytes on /metrics) per pending job, with
 //     the least and the most VmRSS of the sample (read twice a second,
@@ -114,6 +116,7 @@ type options struct {
 	latencyN      int
 	pending       int
 	secs          float64
+	explainWait   time.Duration
 	parts         map[string]bool
 	interval      time.Duration
 	perTask       bool
@@ -132,8 +135,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&o.latencyN, "latency-n", 200, "jobs of the latency part, one at a time")
 	fs.IntVar(&o.pending, "pending", 10000, "unplaceable pending jobs of the pending part")
 	fs.Float64Var(&o.secs, "secs", 10, "seconds of each CPU sample (idle, pending)")
+	fs.DurationVar(&o.explainWait, "explain-wait", 6*time.Minute, "pending part: how long to wait, after the CPU sample, for every pending job's first explanation before reading memory")
 	parts := fs.String("parts", "throughput,latency,pending", "parts to run, comma-separated")
-	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
+	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "give up after this long")
 	fs.DurationVar(&o.interval, "scheduler-interval", 0, "the adapters' scheduler.interval (0: the adapter's default)")
 	fs.BoolVar(&o.perTask, "supervisor-per-task", false, "run the adapters' jobs under a supervisor per job (supervisor_per_task), not the supervisor server")
 	if err := fs.Parse(args); err != nil {
@@ -671,7 +675,8 @@ func (b *bench) pending(ctx context.Context, stdout io.Writer) error {
 	}
 
 	data := requestData("true", 1)
-	if _, err := benchutil.PostSpread(ctx, store, b.o.pending, b.o.posters, data); err != nil {
+	ids, err := benchutil.PostSpread(ctx, store, b.o.pending, b.o.posters, data)
+	if err != nil {
 		return err
 	}
 	want := int64(b.o.pending) + 1 // and the filler
@@ -698,6 +703,15 @@ func (b *bench) pending(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Memory is read once every pending job has its first explanation on
+	// its record and job entry, as it has in a queue that has waited a
+	// while: the scheduler publishes 50 a second, so 10,000 take over 3
+	// minutes, and a reading right after the CPU sample would leave most
+	// of them out.
+	explained, waited, err := b.waitExplained(ctx, store.Keys(), ids, ad)
+	if err != nil {
+		return err
+	}
 	mem1, err := b.measureMemory(ctx, ad)
 	if err != nil {
 		return err
@@ -706,9 +720,9 @@ func (b *bench) pending(ctx context.Context, stdout io.Writer) error {
 		return fmt.Errorf("after the sample: %d jobs active, want %d (%v)", n, want, err)
 	}
 	per := func(a, b int64) float64 { return float64(b-a) / float64(want-1) }
-	fmt.Fprintf(stdout, "side=computeboard part=pending pending=%d secs=%g cpu_pct=%.2f idle_cpu_pct=%.2f redis_bytes_per_job=%.0f rss_bytes_per_job=%.0f heap_bytes_per_job=%.0f rss_min_bytes_per_job=%.0f rss_max_bytes_per_job=%.0f\n",
+	fmt.Fprintf(stdout, "side=computeboard part=pending pending=%d secs=%g cpu_pct=%.2f idle_cpu_pct=%.2f redis_bytes_per_job=%.0f rss_bytes_per_job=%.0f heap_bytes_per_job=%.0f rss_min_bytes_per_job=%.0f rss_max_bytes_per_job=%.0f explained=%d explain_wait_s=%.0f\n",
 		b.o.pending, b.o.secs, busy, idle, per(mem0.redis, mem1.redis), per(mem0.rss, mem1.rss), per(mem0.heap, mem1.heap),
-		per(mem0.rss, min(rss.lo, mem1.rss)), per(mem0.rss, max(rss.hi, mem1.rss)))
+		per(mem0.rss, min(rss.lo, mem1.rss)), per(mem0.rss, max(rss.hi, mem1.rss)), explained, waited.Seconds())
 	kinds, err := keyKinds(ctx, b.rdb, store.Keys())
 	if err != nil {
 		return err
@@ -730,6 +744,45 @@ func (b *bench) pending(ctx context.Context, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "side=computeboard part=pending-floor pending=%d request_bytes_per_job=%.0f\n", b.o.pending, floor)
 	return nil
+}
+
+// waitExplained waits until the record of every job of the requests ids
+// holds an explanation, in its HASH or in the key beside it that holds a
+// long one (checked every 2 s, one pipeline), for at
+// most -explain-wait; it returns how many do and how long it waited. The
+// adapter exiting meanwhile is an error.
+func (b *bench) waitExplained(ctx context.Context, k blackboard.Keys, ids []string, ad *benchutil.Adapter) (int, time.Duration, error) {
+	start := time.Now()
+	for {
+		inHash := make([]*redis.BoolCmd, len(ids))
+		beside := make([]*redis.IntCmd, len(ids))
+		if _, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, id := range ids {
+				inHash[i] = p.HExists(ctx, k.Job(wire.JobID(id)), "explanation")
+				beside[i] = p.Exists(ctx, k.JobField(wire.JobID(id), "explanation"))
+			}
+			return nil
+		}); err != nil {
+			return 0, 0, fmt.Errorf("explanations: %w", err)
+		}
+		n := 0
+		for i := range ids {
+			if inHash[i].Val() || beside[i].Val() == 1 {
+				n++
+			}
+		}
+		waited := time.Since(start)
+		if n == len(ids) || waited >= b.o.explainWait {
+			return n, waited, nil
+		}
+		select {
+		case <-ad.Exited():
+			return 0, 0, fmt.Errorf("%d of %d jobs explained: %w", n, len(ids), ad.ExitError())
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 // requestFloor is the pending part's same-run floor: Redis's bytes per

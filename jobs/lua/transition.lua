@@ -22,14 +22,16 @@
 -- ARGV[7]  now, epoch seconds (updated_at of a job cancelled at its start)
 -- ARGV[8]  the writer's fencing epoch (read only with KEYS[5])
 -- ARGV[9]  the node the record must name ("": not checked)
--- ARGV[10..] record field, value pairs to set (updated_at among them)
+-- ARGV[10..] record field, value pairs to set (updated_at among them;
+--          set_fields: the SIDE_FIELDS ones beside the HASH)
 --
 -- Returns {-2, current epoch} when KEYS[5] is given and does not hold
 -- ARGV[8] (a deposed writer: nothing is written), {-1} when there is no
 -- such job, {0, current_status} when the status is not ARGV[2], {3,
 -- current node} when ARGV[9] is set and the record's node is another
--- (nothing is written then either), {1, {field, value, ...}} (the whole
--- record after the change), and {2, {field, value, ...}} when a start
+-- (nothing is written then either), {1, record} (the whole record after
+-- the change: read_record's {{field, value, ...}, then each SIDE_FIELDS
+-- value kept beside it or nil}), and {2, record} when a start
 -- (queued -> running) finds the request withdrawn (its entry retracted or
 -- superseded, or the record's cancel_requested set): the job is cancelled
 -- instead, in this same step, so a retraction that lands before the start
@@ -51,8 +53,9 @@ if ARGV[9] ~= '' then
     return { 3, node }
   end
 end
--- retire: the job has ended; it leaves the active set, and its record and
--- its idempotency key (while that still names it) expire after ARGV[6].
+-- retire: the job has ended; it leaves the active set, and its record, its
+-- request and its idempotency key (while that still names it) expire after
+-- ARGV[6].
 local function retire()
   redis.call('ZREM', KEYS[2], ARGV[1])
   local keep = tonumber(ARGV[6])
@@ -64,7 +67,7 @@ local function retire()
         redis.call('PEXPIRE', idem, keep)
       end
     end
-    redis.call('PEXPIRE', KEYS[1], keep + 1000)
+    expire_record(KEYS[1], keep + 1000)
   end
 end
 if ARGV[2] == 'queued' and ARGV[3] == 'running' then
@@ -78,18 +81,15 @@ if ARGV[2] == 'queued' and ARGV[3] == 'running' then
       'error', '{"code":"cancelled","message":"request retracted before it started"}')
     redis.call('HINCRBY', KEYS[1], 'version', 1)
     retire()
-    return { 2, redis.call('HGETALL', KEYS[1]) }
+    return { 2, unpack(read_record(KEYS[1])) }
   end
 end
 -- A lost job's true outcome (failed/lost -> succeeded) carries no error.
 if ARGV[2] == 'failed' and ARGV[3] == 'succeeded' then
   redis.call('HDEL', KEYS[1], 'error')
 end
-local fields = { 'status', ARGV[3] }
-for i = 10, #ARGV do
-  fields[#fields + 1] = ARGV[i]
-end
-redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('HSET', KEYS[1], 'status', ARGV[3])
+set_fields(KEYS[1], 10)
 redis.call('HINCRBY', KEYS[1], 'version', 1)
 if ARGV[5] == '1' then
   redis.call('HINCRBY', KEYS[1], 'attempt', 1)
@@ -97,4 +97,4 @@ end
 if ARGV[4] == '1' then
   retire()
 end
-return { 1, redis.call('HGETALL', KEYS[1]) }
+return { 1, unpack(read_record(KEYS[1])) }
