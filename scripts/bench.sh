@@ -15,7 +15,8 @@
 # same program (E2E_LATENCY_N, default 200), and Redis bytes, adapter RSS
 # and CPU with E2E_PENDING (default 10000) unplaceable pending jobs against
 # asynq's pending tasks and an idle adapter (CPU sampled over E2E_SECS,
-# default 10); then the local provider alone (go test ./providers/local
+# default 10; memory read once every pending job has its first
+# explanation, about 3.5 minutes for 10,000); then the local provider alone (go test ./providers/local
 # -bench StartToExit: E2E_N trivial tasks through its supervisor server,
 # with a cgroup per task and without, against /bin/true run straight), the
 # floor of the end-to-end figure.
@@ -255,8 +256,8 @@ e2e_summary() {
     "$(ms "$(ekv $c latency exit_to_recorded_p99_us)")" "$(ms "$(ekv $c latency recorded_to_observed_p99_us)")"
   local rb aq
   rb=$(ekv $c pending redis_bytes_per_job); aq=$(ekv asynq pending redis_bytes_per_task)
-  printf 'e2e %s unplaceable pending jobs, per job: Redis %s B = %s asynq'"'"'s %s B per pending task (same Redis); adapter RSS %s B (%s–%s B over the CPU sample), Go heap %s B (goal ≤ 2048 B each)\n' \
-    "$(ekv $c pending pending)" "$rb" "$(times "$rb" "$aq")" "$aq" "$(ekv $c pending rss_bytes_per_job)" \
+  printf 'e2e %s unplaceable pending jobs, per job, read once %s of them had their first explanation (%s s after the CPU sample): Redis %s B = %s asynq'"'"'s %s B per pending task (same Redis); adapter RSS %s B (%s–%s B over the CPU sample), Go heap %s B (goal ≤ 2048 B each)\n' \
+    "$(ekv $c pending pending)" "$(ekv $c pending explained)" "$(ekv $c pending explain_wait_s)" "$rb" "$(times "$rb" "$aq")" "$aq" "$(ekv $c pending rss_bytes_per_job)" \
     "$(ekv $c pending rss_min_bytes_per_job)" "$(ekv $c pending rss_max_bytes_per_job)" "$(ekv $c pending heap_bytes_per_job)"
   local fl
   fl=$(ekv $c pending-floor request_bytes_per_job)
