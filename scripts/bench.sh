@@ -16,8 +16,9 @@
 # and CPU with E2E_PENDING (default 10000) unplaceable pending jobs against
 # asynq's pending tasks and an idle adapter (CPU sampled over E2E_SECS,
 # default 10; memory read once every pending job has its first
-# explanation, about 3.5 minutes for 10,000); then the local provider alone (go test ./providers/local
-# -bench StartToExit: E2E_N trivial tasks through its supervisor server,
+# explanation, about 3.5 minutes for 10,000); then the local provider
+# alone (go test ./providers/local -bench StartToExit: E2E_N trivial tasks
+# through its supervisor server,
 # with a cgroup per task and without, against /bin/true run straight), the
 # floor of the end-to-end figure.
 # BENCH_ONLY=slurm runs only the Slurm provider part (cmd/providerbench: a
