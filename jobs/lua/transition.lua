@@ -53,9 +53,9 @@ if ARGV[9] ~= '' then
     return { 3, node }
   end
 end
--- retire: the job has ended; it leaves the active set, and its record, its
--- request and its idempotency key (while that still names it) expire after
--- ARGV[6].
+-- retire: the job has ended; it leaves the active set, and its record (with
+-- the keys beside it: expire_record) and its idempotency key (while that
+-- still names it) expire after ARGV[6].
 local function retire()
   redis.call('ZREM', KEYS[2], ARGV[1])
   local keep = tonumber(ARGV[6])
