@@ -149,9 +149,7 @@ func (r recordCmds) hash() (map[string]string, error) {
 		case err != nil:
 			return nil, err
 		case len(h) > 0:
-			if _, in := h[sideFields[i]]; !in { // a value in the HASH wins (lib.lua's set_fields)
-				h[sideFields[i]] = v
-			}
+			addSide(h, sideFields[i], v)
 		}
 	}
 	return h, nil

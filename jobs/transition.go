@@ -10,19 +10,24 @@ import (
 
 // withSide adds to the record h the fields kept beside it that
 // transition.lua's reply res carries after it (read_record: one per
-// sideFields, nil when absent), unless h has them (see lib.lua's
-// set_fields).
+// sideFields, nil when absent).
 func withSide(h map[string]string, res []any) map[string]string {
 	for i, f := range sideFields {
 		if len(res) > 2+i {
 			if v, ok := res[2+i].(string); ok {
-				if _, in := h[f]; !in {
-					h[f] = v
-				}
+				addSide(h, f, v)
 			}
 		}
 	}
 	return h
+}
+
+// addSide adds to the record h the value v of its field f kept beside it,
+// unless h has f: a value in the HASH wins (lua/lib.lua's set_fields).
+func addSide(h map[string]string, f, v string) {
+	if _, in := h[f]; !in {
+		h[f] = v
+	}
 }
 
 // transition.lua's reply codes.
