@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -120,6 +121,16 @@ func leader(t *testing.T, rdb redis.UniversalClient, st *blackboard.Store) (epoc
 		return "", ""
 	}
 	return f[0], f[1]
+}
+
+// nextEpoch is the lease epoch after ep (a decimal).
+func nextEpoch(t *testing.T, ep string) string {
+	t.Helper()
+	n, err := strconv.Atoi(ep)
+	if err != nil {
+		t.Fatalf("lease epoch %q: %v", ep, err)
+	}
+	return strconv.Itoa(n + 1)
 }
 
 // TestPool runs one pool on one real Redis: three agents (cpu-a, cpu-b,
@@ -275,12 +286,19 @@ func TestPool(t *testing.T) {
 			if i == 4 {
 				schedA.kill(t)
 				killed := time.Now()
+				// How soon is the lease's business (its expiry in Redis,
+				// pool's tests); here the standby takes over, once: the
+				// next epoch, not one a duel would leave. The wait is a
+				// bound on a hang, not a speed check; the time is logged.
+				var e2 string
 				eventually(t, 10*time.Second, "the standby elected", func() bool {
 					e, h := leader(t, rdb, st)
+					e2 = e
 					return h != "" && e != ep
 				})
-				if took := time.Since(killed); took > 2*time.Second+time.Second {
-					t.Errorf("standby took over after %v; lease time is 2s", took)
+				t.Logf("standby elected %v after the kill (lease time 2s)", time.Since(killed).Round(time.Millisecond))
+				if want := nextEpoch(t, ep); e2 != want {
+					t.Errorf("after the kill the epoch is %s, want %s: one takeover", e2, want)
 				}
 			}
 		}
