@@ -206,7 +206,8 @@ func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partia
 	// (when such a queue's head runs out before another account's
 	// backfill), and twice as many plans that leave jobs out.
 	room := fit.Room()
-	incl := make([]*tracked, 0, 2*headFit*len(s.queues)+fresh)
+	buf := &s.partialBuf
+	incl := slices.Grow(buf.incl[:0], 2*headFit*len(s.queues)+fresh)
 	include := func(t *tracked, h *head, r engine.Rank) {
 		if !h.in || h.maxIn.Before(r) {
 			h.maxIn = r
@@ -281,11 +282,14 @@ func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partia
 	}
 	// Sorted as pointers: an engine.Job is a few hundred bytes to swap.
 	slices.SortFunc(incl, func(a, b *tracked) int { return cmp.Compare(a.jid, b.jid) })
-	pending := make([]engine.Job, len(incl))
-	for i, t := range incl {
-		pending[i] = t.job()
+	pending := slices.Grow(buf.pending[:0], len(incl))
+	for _, t := range incl {
+		pending = append(pending, t.job())
 	}
-	running := make([]engine.Running, 0, len(s.active))
+	clear(incl) // its jobs may be dropped before the next plan
+	// Room for the jobs that ended since, which snapshotOfLocked adds.
+	running := slices.Grow(buf.running[:0], len(s.active)+len(s.ended))
+	buf.incl, buf.pending, buf.running = incl[:0], pending, running
 	for _, t := range s.active {
 		if r, ok := s.runningLocked(t); ok {
 			running = append(running, r)
@@ -293,6 +297,35 @@ func (s *Scheduler) partialSnapshotLocked(seed uint64) (engine.Snapshot, *partia
 	}
 	slices.SortFunc(running, func(a, b engine.Running) int { return cmp.Compare(a.ID, b.ID) })
 	return s.snapshotOfLocked(now, nodes, pending, running, seed), ps, true
+}
+
+// partialBuffers are the slices of a partial plan's input, reused by the
+// next one: a trivial job's cycle allocated them afresh, a third of the
+// adapter's allocations in the e2e bench (and its collections with
+// them). pending and running are the engine's Snapshot's, valid until
+// the next partial plan.
+type partialBuffers struct {
+	incl    []*tracked
+	pending []engine.Job
+	running []engine.Running
+	expl    []engine.Explanation
+	finals  []engine.Rejection
+}
+
+// schedule is engine.Schedule over a partial plan's snap, with the plan's
+// Explanations in b.expl and only its final rejections (the only ones the
+// step acts on) in b.finals: valid, like snap, until the next partial
+// plan.
+func (b *partialBuffers) schedule(st engine.State, snap engine.Snapshot) (engine.Plan, engine.State) {
+	b.expl, b.finals = b.expl[:0], b.finals[:0]
+	plan, next := engine.ScheduleEach(st, snap, func(e *engine.Explanation, r *engine.Rejection) {
+		b.expl = append(b.expl, *e)
+		if r != nil && r.Final {
+			b.finals = append(b.finals, *r)
+		}
+	})
+	plan.Explanations, plan.Rejected = b.expl, b.finals
+	return plan, next
 }
 
 // left is how many pending jobs the partial plan leaves out.

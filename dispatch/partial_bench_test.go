@@ -52,7 +52,7 @@ func BenchmarkPartialPlan(b *testing.B) {
 				b.Fatal("no partial plan")
 			}
 			jobs = len(snap.Pending)
-			plan, _ := engine.Schedule(h.s.state, snap)
+			plan, _ := h.s.partialBuf.schedule(h.s.state, snap)
 			if !h.s.partialValidLocked(plan, ps) || len(plan.Placements) != 1 {
 				b.Fatalf("partial plan refused, or placing %d", len(plan.Placements))
 			}

@@ -125,7 +125,23 @@ func partialHistory(t *testing.T, sel engine.Selection, seed uint64, mixed bool)
 		psnap, ps, ok := h.s.partialSnapshotLocked(seed)
 		if ok {
 			st := h.s.state
-			plan, next := engine.Schedule(st, psnap)
+			plan, next := h.s.partialBuf.schedule(st, psnap)
+			// The step's plan, built through ScheduleEach into reused
+			// buffers, is engine.Schedule's, but for its non-final
+			// rejections.
+			ref, _ := engine.Schedule(st, psnap)
+			var finals []engine.Rejection
+			for _, r := range ref.Rejected {
+				if r.Final {
+					finals = append(finals, r)
+				}
+			}
+			same := func(a, b any, n int) bool { return n == 0 || reflect.DeepEqual(a, b) }
+			if len(plan.Explanations) != len(ref.Explanations) || !same(plan.Explanations, ref.Explanations, len(ref.Explanations)) ||
+				len(plan.Rejected) != len(finals) || !same(plan.Rejected, finals, len(finals)) {
+				h.s.mu.Unlock()
+				t.Fatalf("seed %d: the partial plan's explanations or final rejections differ from engine.Schedule's:\n%+v\n%+v\nfinals %+v, want %+v", seed, plan.Explanations, ref.Explanations, plan.Rejected, finals)
+			}
 			if h.s.partialValidLocked(plan, ps) {
 				valid++
 				if ps.left() > 0 {

@@ -118,6 +118,10 @@ type Scheduler struct {
 	explainMore  bool                // explanations of the last plan remain to publish
 	waiting      map[string]*tracked // preemptors holding room for their victims' ends (preempt.go)
 	evictLog     []Eviction          // the evictions of the last evictionWindow, oldest first
+	// partialBuf: partialSnapshotLocked's slices, kept from one partial
+	// plan to the next (only the Run goroutine plans, and a snapshot
+	// lives no longer than its step).
+	partialBuf partialBuffers
 }
 
 type nodeHealth struct {
@@ -731,7 +735,7 @@ func (s *Scheduler) schedule(ctx context.Context) (bool, error) {
 		if psnap, ps, ok := s.partialSnapshotLocked(s.cfg.Seed ^ (s.cycle + 1)); ok {
 			s.mu.Unlock()
 			begin := time.Now()
-			plan, next = engine.Schedule(st, psnap)
+			plan, next = s.partialBuf.schedule(st, psnap)
 			took = time.Since(begin)
 			s.mu.Lock()
 			if partial = s.partialValidLocked(plan, ps); partial {
