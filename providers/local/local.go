@@ -51,6 +51,7 @@ type Provider struct {
 	serverMu  sync.Mutex
 	user      string             // Config.User
 	allowRoot bool               // Config.AllowRoot
+	accounts  accountCache       // users looked up lately (account)
 	limits    []supervise.Rlimit // Config.Limits
 	maxOutput int64              // Config.MaxOutputBytes; negative: no cap
 	// cgroups is what New found it can enforce (Config.Cgroups); never

@@ -68,7 +68,7 @@ type task struct {
 func (p *Provider) launch(ctx context.Context, t providers.Task, acct account) (_ *task, err error) {
 	dir := p.taskDir(t.ID)
 	if acct.switchTo {
-		if err := acct.checkReachable(p.workDir); err != nil {
+		if err := p.reachable(acct); err != nil {
 			return nil, err
 		}
 	}
