@@ -326,6 +326,14 @@ func (b *bench) throughput(ctx context.Context, stdout io.Writer) error {
 	}
 	runs0, _ := schedulerMetric(ctx, ad, "scheduler_cycles")
 	partial0, _ := schedulerMetric(ctx, ad, "scheduler_partial_plans")
+	alloc0, err := goMetric(ctx, ad, "go_memstats_alloc_bytes_total")
+	if err != nil {
+		return err
+	}
+	gc0, err := goMetric(ctx, ad, "go_gc_duration_seconds_count")
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	entryIDs, err := benchutil.PostSpread(ctx, store, b.o.n, b.o.posters, data)
 	if err != nil {
@@ -354,12 +362,22 @@ func (b *bench) throughput(ctx context.Context, stdout io.Writer) error {
 	}
 	runs1, _ := schedulerMetric(ctx, ad, "scheduler_cycles")
 	partial1, _ := schedulerMetric(ctx, ad, "scheduler_partial_plans")
+	alloc1, err := goMetric(ctx, ad, "go_memstats_alloc_bytes_total")
+	if err != nil {
+		return err
+	}
+	gc1, err := goMetric(ctx, ad, "go_gc_duration_seconds_count")
+	if err != nil {
+		return err
+	}
 	perS := float64(b.o.n) / took.Seconds()
 	fmt.Fprintf(stdout, "side=computeboard part=throughput n=%d posters=%d concurrency=%d cpu_per_job=%g secs=%.3f jobs_per_s=%.0f forkexec_per_s=%.0f ratio=%.3f"+
-		" adapter_cpu_ms_per_job=%.3f children_cpu_ms_per_job=%.3f redis_cpu_ms_per_job=%.3f forkexec_children_cpu_ms_per_exec=%.3f engine_runs_per_job=%.2f partial_plans_per_job=%.2f\n",
+		" adapter_cpu_ms_per_job=%.3f children_cpu_ms_per_job=%.3f redis_cpu_ms_per_job=%.3f forkexec_children_cpu_ms_per_exec=%.3f engine_runs_per_job=%.2f partial_plans_per_job=%.2f"+
+		" adapter_alloc_kb_per_job=%.1f adapter_gcs=%d\n",
 		b.o.n, b.o.posters, b.o.concurrency, b.cpuPerJob(), took.Seconds(), perS, forkPerS, perS/forkPerS,
 		perJob(cpu1.adapter-cpu0.adapter), perJob(cpu1.children-cpu0.children), perJob(cpu1.redis-cpu0.redis), perJob(c1-c0),
-		(runs1-runs0)/float64(b.o.n), (partial1-partial0)/float64(b.o.n))
+		(runs1-runs0)/float64(b.o.n), (partial1-partial0)/float64(b.o.n),
+		float64(alloc1-alloc0)/1024/float64(b.o.n), gc1-gc0)
 	return b.slotSplit(ctx, stdout, store, entryIDs, took)
 }
 
@@ -1063,17 +1081,23 @@ func schedulerMetric(ctx context.Context, ad *benchutil.Adapter, name string) (f
 
 // heapAlloc reads go_memstats_heap_alloc_bytes from the adapter's /metrics.
 func heapAlloc(ctx context.Context, ad *benchutil.Adapter) (int64, error) {
+	return goMetric(ctx, ad, "go_memstats_heap_alloc_bytes")
+}
+
+// goMetric reads the Go runtime's metric name (a gauge or counter
+// without labels) from the adapter's /metrics.
+func goMetric(ctx context.Context, ad *benchutil.Adapter, name string) (int64, error) {
 	body, err := ad.Get(ctx, "/metrics")
 	if err != nil {
 		return 0, err
 	}
 	for l := range strings.SplitSeq(body, "\n") {
-		if v, ok := strings.CutPrefix(l, "go_memstats_heap_alloc_bytes "); ok {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			return int64(f), err
 		}
 	}
-	return 0, errors.New("/metrics has no go_memstats_heap_alloc_bytes")
+	return 0, fmt.Errorf("/metrics has no %s", name)
 }
 
 // ---- stamps ----
