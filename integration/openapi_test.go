@@ -105,10 +105,14 @@ func registeredRoutes(t *testing.T) []route {
 			t.Fatalf("apiHandler registers %q without a method: give it one, or teach this test", p)
 		default:
 			// GET /api/v1/jobs/{id} checks the token itself, as the
-			// broker's sensitive reads do; every other route is public.
+			// broker's sensitive reads do, and the profiles want it
+			// always; every other route is public.
 			auth := "public"
-			if p == "GET /api/v1/jobs/{id}" {
+			switch p {
+			case "GET /api/v1/jobs/{id}":
 				auth = "sensitive"
+			case "GET /debug/pprof/": // profiles: the token always
+				auth = "operator"
 			}
 			out = append(out, route{method, path, auth})
 		}
@@ -295,6 +299,7 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 		"public":    `[]`,
 		"sensitive": `[{"operatorToken":[]},{}]`,
 		"change":    `[{"operatorToken":[]}]`,
+		"operator":  `[{"operatorToken":[]}]`, // a read for the token alone, even with public reads
 	}
 	ids := map[string]string{}
 	for _, r := range documentedRoutes(t, doc) {

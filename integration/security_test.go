@@ -180,9 +180,59 @@ func TestAPIReadsNeedTheToken(t *testing.T) {
 			t.Errorf("GET %s without a token: %d, want 200", p, code)
 		}
 	}
+	if code, _ := get("GET", "/debug/pprof/heap", "Bearer "+token); code != http.StatusNotFound {
+		t.Errorf("profiles without http.profiling: %d, want 404", code)
+	}
 	var j map[string]any
 	if _, body := get("GET", path, "Bearer "+token); json.Unmarshal([]byte(body), &j) != nil {
 		t.Errorf("job record is not JSON: %s", body)
+	}
+}
+
+// TestProfilesNeedTheToken: with http.profiling the Go runtime's
+// profiles are served to the operator token alone, public reads or not,
+// and never the command line (the Redis URL's password is on it).
+func TestProfilesNeedTheToken(t *testing.T) {
+	t.Parallel()
+	const token = "op-token-2"
+	srv := redistest.Shared(t)
+	_, board := redistest.New(t)
+	cfg := writeConfig(t, testConfig(board, "operator_token: "+token+"\nhttp:\n  public_reads: true\n  profiling: true\n"))
+	_, out := runAdapter(t, "--config", cfg, "--redis", srv.URL(), "--listen", "127.0.0.1:0")
+	api := apiURL(t, out)
+	get := func(path, auth string) (int, []byte) {
+		r, err := http.NewRequestWithContext(t.Context(), "GET", api+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if auth != "" {
+			r.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	for _, p := range []string{"/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/goroutine?debug=1"} {
+		if code, _ := get(p, ""); code != http.StatusUnauthorized {
+			t.Errorf("GET %s without a token: %d, want 401", p, code)
+		}
+		if code, _ := get(p, "Bearer wrong"); code != http.StatusUnauthorized {
+			t.Errorf("GET %s with a wrong token: %d, want 401", p, code)
+		}
+	}
+	// A heap profile: gzip'd protocol buffers.
+	if code, b := get("/debug/pprof/heap", "Bearer "+token); code != http.StatusOK || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("heap profile with the token: %d, %d bytes", code, len(b))
+	}
+	if code, b := get("/debug/pprof/goroutine?debug=1", "Bearer "+token); code != http.StatusOK || !strings.Contains(string(b), "goroutine profile:") {
+		t.Errorf("goroutines with the token: %d %.200s", code, b)
+	}
+	if code, b := get("/debug/pprof/cmdline", "Bearer "+token); code != http.StatusNotFound || strings.Contains(string(b), "redis") {
+		t.Errorf("command line with the token: %d %.200s, want 404", code, b)
 	}
 }
 

@@ -121,6 +121,8 @@ type options struct {
 	interval      time.Duration
 	perTask       bool
 	timeout       time.Duration
+	profile       string // directory for the adapter's profiles ("": none)
+	profileSecs   int
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -139,6 +141,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	parts := fs.String("parts", "throughput,latency,pending", "parts to run, comma-separated")
 	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "give up after this long")
 	fs.DurationVar(&o.interval, "scheduler-interval", 0, "the adapters' scheduler.interval (0: the adapter's default)")
+	fs.StringVar(&o.profile, "profile", "", "throughput part: write the adapter's CPU profile (-profile-secs from the first post) and its allocations before and after into this directory (adapter-cpu.pprof, adapter-allocs-0.pprof, adapter-allocs-1.pprof: go tool pprof -diff_base); the adapters run with http.profiling")
+	fs.IntVar(&o.profileSecs, "profile-secs", 5, "seconds of the adapter's CPU profile (-profile)")
 	fs.BoolVar(&o.perTask, "supervisor-per-task", false, "run the adapters' jobs under a supervisor per job (supervisor_per_task), not the supervisor server")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -146,8 +150,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if o.adapter == "" {
 		return errors.New("-adapter is required (go build -o DIR/adapter ./cmd/adapter)")
 	}
-	if o.n < 1 || o.posters < 1 || o.concurrency < 1 || o.latencyN < 1 || o.pending < 1 || o.secs <= 0 {
-		return errors.New("-n, -posters, -concurrency, -latency-n, -pending and -secs must be positive")
+	if o.n < 1 || o.posters < 1 || o.concurrency < 1 || o.latencyN < 1 || o.pending < 1 || o.secs <= 0 || o.profileSecs < 1 {
+		return errors.New("-n, -posters, -concurrency, -latency-n, -pending, -secs and -profile-secs must be positive")
+	}
+	if o.profile != "" {
+		if err := os.MkdirAll(o.profile, 0o755); err != nil {
+			return fmt.Errorf("-profile: %w", err)
+		}
 	}
 	o.parts = map[string]bool{}
 	for p := range strings.SplitSeq(*parts, ",") {
@@ -330,6 +339,17 @@ func (b *bench) throughput(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	profiled := make(chan error, 1)
+	if b.o.profile != "" {
+		if err := b.saveProfile(ctx, ad, "/debug/pprof/allocs", "adapter-allocs-0.pprof"); err != nil {
+			return err
+		}
+		go func() {
+			profiled <- b.saveProfile(ctx, ad, fmt.Sprintf("/debug/pprof/profile?seconds=%d", b.o.profileSecs), "adapter-cpu.pprof")
+		}()
+	} else {
+		profiled <- nil
+	}
 	gc0, err := goMetric(ctx, ad, "go_gc_duration_seconds_count")
 	if err != nil {
 		return err
@@ -356,6 +376,11 @@ func (b *bench) throughput(ctx context.Context, stdout io.Writer) error {
 		}
 	}
 	took := end.Sub(start)
+	if b.o.profile != "" {
+		if err := b.saveProfile(ctx, ad, "/debug/pprof/allocs", "adapter-allocs-1.pprof"); err != nil {
+			return err
+		}
+	}
 	cpu1, err := b.cpuUse(ctx, ad.Pid())
 	if err != nil {
 		return err
@@ -368,6 +393,9 @@ func (b *bench) throughput(ctx context.Context, stdout io.Writer) error {
 	}
 	gc1, err := goMetric(ctx, ad, "go_gc_duration_seconds_count")
 	if err != nil {
+		return err
+	}
+	if err := <-profiled; err != nil {
 		return err
 	}
 	perS := float64(b.o.n) / took.Seconds()
@@ -1038,6 +1066,9 @@ func (b *bench) startAdapter(ctx context.Context, part, board string, maxPending
 	if b.o.perTask {
 		fmt.Fprintf(&cfg, "supervisor_per_task: true\n")
 	}
+	if b.o.profile != "" {
+		fmt.Fprintf(&cfg, "operator_token: %s\nhttp:\n  profiling: true\n", profileToken)
+	}
 	fmt.Fprintf(&cfg, "node:\n  name: %s\n  cpu_cores: %d\n", nodeName, runtime.NumCPU())
 	fmt.Fprintf(&cfg, "templates:\n")
 	fmt.Fprintf(&cfg, "  \"true\": {command: [/bin/true]}\n")
@@ -1077,6 +1108,19 @@ func schedulerMetric(ctx context.Context, ad *benchutil.Adapter, name string) (f
 		return 0, err
 	}
 	return v.Metrics[name], nil
+}
+
+// profileToken is the operator token of the adapters -profile starts.
+const profileToken = "e2ebench-profile"
+
+// saveProfile writes the adapter's profile at path into -profile's
+// directory as name.
+func (b *bench) saveProfile(ctx context.Context, ad *benchutil.Adapter, path, name string) error {
+	body, err := ad.GetWith(ctx, path, profileToken)
+	if err != nil {
+		return fmt.Errorf("profile %s: %w", path, err)
+	}
+	return os.WriteFile(filepath.Join(b.o.profile, name), []byte(body), 0o644)
 }
 
 // heapAlloc reads go_memstats_heap_alloc_bytes from the adapter's /metrics.

@@ -449,6 +449,11 @@ type HTTPConfig struct {
 	// the operator token, like writes. /healthz, /readyz and /metrics are
 	// always open.
 	PublicReads bool `yaml:"public_reads"`
+	// Profiling serves the Go runtime's profiles (CPU, heap, allocations,
+	// goroutines, execution trace) at /debug/pprof/, to the operator
+	// token only, never to public reads; off by default. The command
+	// line (which may hold a Redis password) is not served.
+	Profiling bool `yaml:"profiling"`
 	// MaxConnections caps concurrent connections (default 256).
 	MaxConnections int `yaml:"max_connections"`
 	// ReadTimeout, WriteTimeout and IdleTimeout bound each connection
@@ -557,6 +562,9 @@ func (c *Config) fill(getenv func(string) string) error {
 	}
 	if c.OperatorToken == "" {
 		c.OperatorToken = getenv(c.OperatorTokenEnv)
+	}
+	if c.HTTP.Profiling && c.OperatorToken == "" {
+		return fmt.Errorf("http.profiling: profiles are served to the operator token only; set operator_token (or %s)", c.OperatorTokenEnv)
 	}
 	if c.WorkDir == "" {
 		c.WorkDir = filepath.Join(c.dir, ".run", "jobs")

@@ -366,6 +366,7 @@ func apiHandler(p *poolMember, reg *prometheus.Registry) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	mux.HandleFunc("GET /api/v1/openapi.json", serveOpenAPI)
+	mux.Handle("GET /debug/pprof/", profiles(cfg.OperatorToken, cfg.HTTP.Profiling))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, termGatherer{p}}, promhttp.HandlerOpts{}))
 	mux.Handle("/api/v1/inbox/", p.scheduler(func(w http.ResponseWriter, r *http.Request, t *term) { t.br.Handler().ServeHTTP(w, r) }))
 	mux.HandleFunc("GET /api/v1/pool", func(w http.ResponseWriter, r *http.Request) {

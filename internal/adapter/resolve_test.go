@@ -105,13 +105,14 @@ func TestResolve(t *testing.T) {
 
 func TestParseConfigRejects(t *testing.T) {
 	tests := map[string]string{
-		"unknown key":      "bogus: 1\n",
-		"empty template":   "templates:\n  x:\n    command: []\n",
-		"relative command": "templates:\n  x:\n    command: [./run.sh]\n",
-		"bad pattern":      "templates:\n  x:\n    command: [/bin/echo]\n    argument_pattern: '('\n",
-		"bad duration":     "scheduler:\n  interval: soon\n",
-		"negative shares":  "accounts:\n  - name: a\n    shares: -1\n",
-		"missing on PATH":  "allowlist: [no-such-program-here]\n",
+		"unknown key":        "bogus: 1\n",
+		"empty template":     "templates:\n  x:\n    command: []\n",
+		"relative command":   "templates:\n  x:\n    command: [./run.sh]\n",
+		"bad pattern":        "templates:\n  x:\n    command: [/bin/echo]\n    argument_pattern: '('\n",
+		"bad duration":       "scheduler:\n  interval: soon\n",
+		"negative shares":    "accounts:\n  - name: a\n    shares: -1\n",
+		"missing on PATH":    "allowlist: [no-such-program-here]\n",
+		"profiles, no token": "http:\n  profiling: true\n",
 	}
 	for name, body := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -107,9 +107,17 @@ func (a *Adapter) Exited() <-chan struct{} { return a.exited }
 // Get GETs path from the adapter's HTTP API; a status other than 200 is
 // an error.
 func (a *Adapter) Get(ctx context.Context, path string) (string, error) {
+	return a.GetWith(ctx, path, "")
+}
+
+// GetWith is Get with the operator token (none when "").
+func (a *Adapter) GetWith(ctx context.Context, path, token string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, "GET", a.url+path, nil)
 	if err != nil {
 		return "", err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
