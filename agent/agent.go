@@ -130,6 +130,8 @@ type Agent struct {
 	nodes map[string]Node
 	log   *slog.Logger
 
+	owners ownerCache // the checkpoint directories' users (checkpointDir)
+
 	mu      sync.Mutex
 	tasks   map[string]*task  // by job ID; guarded by mu
 	stats   Stats             // guarded by mu
@@ -1308,7 +1310,7 @@ func (a *Agent) checkpointEnv(env map[string]string, rec jobs.Job, runAs string)
 	if a.cfg.CheckpointDir == "" {
 		return env
 	}
-	dir, err := checkpointDir(a.cfg.CheckpointDir, rec.JobID, runAs)
+	dir, err := a.checkpointDir(rec.JobID, runAs)
 	if err != nil {
 		a.log.Warn("checkpoint directory; the job runs without one", "job", rec.JobID, "err", err)
 		return env

@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -218,37 +220,88 @@ func modTime(dir string, or time.Time) time.Time {
 
 func epoch(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
-// checkpointDir makes job jobID's checkpoint directory under root. When
-// the agent runs as root the job runs as another user, runAs (a name or a
-// numeric uid; "" = "nobody", as the local provider does), who gets the
-// directory.
-func checkpointDir(root, jobID, runAs string) (string, error) {
-	if err := os.MkdirAll(root, 0o711); err != nil { // traversable, not listable
-		return "", err
-	}
+// checkpointDir makes job jobID's checkpoint directory under the
+// agent's CheckpointDir, or keeps the one there (a job started again
+// restores from it). When the agent runs as root the job runs as another
+// user, runAs (a name or a numeric uid; "" = "nobody", as the local
+// provider does), who gets the directory. It is on every start's path:
+// one mkdir and one chown, the root made only when it is missing and the
+// user looked up once per ownerTTL.
+func (a *Agent) checkpointDir(jobID, runAs string) (string, error) {
+	root := a.cfg.CheckpointDir
 	dir := filepath.Join(root, jobID)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	err := os.Mkdir(dir, 0o750)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(root, 0o711); err != nil { // traversable, not listable
+			return "", err
+		}
+		err = os.Mkdir(dir, 0o750)
+	}
+	if errors.Is(err, fs.ErrExist) {
+		if fi, serr := os.Lstat(dir); serr != nil || !fi.IsDir() {
+			return "", fmt.Errorf("checkpoint directory %s: not a directory", dir)
+		}
+		err = nil
+	}
+	if err != nil {
 		return "", err
 	}
 	if os.Geteuid() != 0 {
 		return dir, nil
 	}
+	uid, gid, err := a.owners.lookup(runAs, a.cfg.Clock.Now())
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chown(dir, uid, gid); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// ownerTTL is how long a job user's uid and gid, looked up for its
+// checkpoint directory, serve later starts (as the local provider keeps
+// its users: providers/local's accountTTL).
+const ownerTTL = 5 * time.Second
+
+// ownerCache holds the users looked up within ownerTTL; a failed lookup
+// is not kept.
+type ownerCache struct {
+	mu sync.Mutex
+	m  map[string]cachedOwner
+}
+
+type cachedOwner struct {
+	uid, gid int
+	at       time.Time
+}
+
+func (c *ownerCache) lookup(runAs string, now time.Time) (uid, gid int, err error) {
 	if runAs == "" {
 		runAs = "nobody"
+	}
+	c.mu.Lock()
+	o, ok := c.m[runAs]
+	c.mu.Unlock()
+	if ok && now.Sub(o.at) < ownerTTL && !now.Before(o.at) {
+		return o.uid, o.gid, nil
 	}
 	u, err := user.Lookup(runAs)
 	if _, nerr := strconv.Atoi(runAs); nerr == nil {
 		u, err = user.LookupId(runAs)
 	}
 	if err != nil {
-		return "", err
+		return 0, 0, err
 	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	if err := os.Chown(dir, uid, gid); err != nil {
-		return "", err
+	uid, _ = strconv.Atoi(u.Uid)
+	gid, _ = strconv.Atoi(u.Gid)
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= 256 {
+		c.m = map[string]cachedOwner{}
 	}
-	return dir, nil
+	c.m[runAs] = cachedOwner{uid: uid, gid: gid, at: now}
+	c.mu.Unlock()
+	return uid, gid, nil
 }
 
 // checkpointLoop records, every CheckpointInterval, the newest verified

@@ -8,13 +8,16 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/computeboard/computeboard/internal/clock"
 	"github.com/computeboard/computeboard/pool"
 	"github.com/computeboard/computeboard/providers"
 	"github.com/computeboard/computeboard/providers/fake"
@@ -227,5 +230,65 @@ func TestNoCheckpointDirWhereTasksSeeNoFiles(t *testing.T) {
 			}
 			prov.mu.Unlock()
 		}
+	}
+}
+
+// TestCheckpointDirMade: a job's checkpoint directory is made under a
+// root made when missing, kept with what it holds when the job starts
+// again, refused when something else has its name, and (as root) given
+// to the job's user, looked up once per ownerTTL.
+func TestCheckpointDirMade(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	a := &Agent{cfg: Config{CheckpointDir: filepath.Join(t.TempDir(), "missing", "root"), Clock: clk}}
+	dir, err := a.checkpointDir("job-1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() || dir != filepath.Join(a.cfg.CheckpointDir, "job-1") {
+		t.Fatalf("checkpoint directory %s: %v", dir, err)
+	}
+	if fi, err := os.Stat(a.cfg.CheckpointDir); err != nil || fi.Mode().Perm() != 0o711 {
+		t.Fatalf("root: %v %v, want mode 0711", fi, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kept"), []byte("1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := a.checkpointDir("job-1", ""); err != nil || again != dir {
+		t.Fatalf("started again: %s %v", again, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "kept")); err != nil {
+		t.Fatalf("a job started again lost its checkpoints: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(a.cfg.CheckpointDir, "job-2"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.checkpointDir("job-2", ""); err == nil {
+		t.Fatal("a file named as the job's directory was taken for it")
+	}
+	if os.Geteuid() != 0 {
+		return // the job runs as this user: nothing to hand over
+	}
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skipf("no user nobody: %v", err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil || strconv.Itoa(int(st.Uid)) != nobody.Uid {
+		t.Fatalf("owner of %s: uid %d (%v), want nobody's %s", dir, st.Uid, err, nobody.Uid)
+	}
+	first := a.owners.m["nobody"].at
+	clk.Advance(ownerTTL - time.Nanosecond)
+	if _, err := a.checkpointDir("job-3", ""); err != nil || a.owners.m["nobody"].at != first {
+		t.Fatalf("within ownerTTL the user was looked up again (%v)", err)
+	}
+	clk.Advance(time.Nanosecond)
+	if _, err := a.checkpointDir("job-4", "nobody"); err != nil || !a.owners.m["nobody"].at.After(first) {
+		t.Fatalf("after ownerTTL the user was not looked up again (%v)", err)
+	}
+	if _, err := a.checkpointDir("job-5", "no-such-user-here"); err == nil {
+		t.Fatal("a job's directory given to a user that does not exist")
+	}
+	if _, ok := a.owners.m["no-such-user-here"]; ok {
+		t.Fatal("a failed lookup was kept")
 	}
 }
