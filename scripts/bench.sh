@@ -239,9 +239,9 @@ e2e_summary() {
   printf 'e2e trivial jobs (/bin/true) %7s jobs/s, %s at a time (post to every job succeeded)   fork/exec of /bin/true, %s at a time: %7s/s   = %s of it (goal ≥ 30%%)\n' \
     "$(ekv $c throughput jobs_per_s)" "$(ekv $c throughput concurrency)" "$(ekv $c throughput concurrency)" "$(ekv $c throughput forkexec_per_s)" \
     "$(awk -v r="$(ekv $c throughput ratio)" 'BEGIN { if (r != "") printf "%.1f%%", 100 * r; else print "n/a" }')"
-  printf 'e2e CPU per trivial job: adapter %s ms + its children (supervisors, jobs) %s ms + Redis %s ms   fork/exec of /bin/true: %s ms per exec\n' \
+  printf 'e2e CPU per trivial job: adapter %s ms + its children (supervisors, jobs) %s ms + Redis %s ms   fork/exec of /bin/true: %s ms per exec; the adapter allocated %s KB per job (%s collections over the run)\n' \
     "$(ekv $c throughput adapter_cpu_ms_per_job)" "$(ekv $c throughput children_cpu_ms_per_job)" "$(ekv $c throughput redis_cpu_ms_per_job)" \
-    "$(ekv $c throughput forkexec_children_cpu_ms_per_exec)"
+    "$(ekv $c throughput forkexec_children_cpu_ms_per_exec)" "$(ekv $c throughput adapter_alloc_kb_per_job)" "$(ekv $c throughput adapter_gcs)"
   printf 'e2e the node'"'"'s %s slots during that run: %s of their time held a job recorded running (p50 %s ms from the agent'"'"'s start to the recorded end); p50 %s ms from an end recorded to the start that refills its slot\n' \
     "$(ekv $c throughput_slots concurrency)" "$(awk -v r="$(ekv $c throughput_slots busy_share)" 'BEGIN { if (r != "") printf "%.0f%%", 100 * r; else print "n/a" }')" \
     "$(ms "$(ekv $c throughput_slots running_p50_us)")" "$(ms "$(ekv $c throughput_slots refill_p50_us)")"
