@@ -75,7 +75,7 @@ const ServerProtocol = 1
 
 // ServerIdle is how long a server with no task and no connection waits
 // before it exits.
-var ServerIdle = 30 * time.Second
+const ServerIdle = 30 * time.Second
 
 // maxSpares bounds the task cgroups a server keeps for reuse (Spares): a
 // spare appears when a task ends and goes to the next that starts, so
