@@ -150,20 +150,8 @@ func TestAPIReadsNeedTheToken(t *testing.T) {
 	waitStatus(t, st, req, wire.JobSucceeded)
 
 	get := func(method, path, auth string) (int, string) {
-		r, err := http.NewRequestWithContext(t.Context(), method, api+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if auth != "" {
-			r.Header.Set("Authorization", auth)
-		}
-		resp, err := http.DefaultClient.Do(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		code, b := callAPI(t, method, api+path, auth)
+		return code, string(b)
 	}
 	path := "/api/v1/jobs/" + wire.JobID(req)
 	if code, body := get("GET", path, ""); code != http.StatusUnauthorized || strings.Contains(body, "p-1") {
@@ -200,22 +188,7 @@ func TestProfilesNeedTheToken(t *testing.T) {
 	cfg := writeConfig(t, testConfig(board, "operator_token: "+token+"\nhttp:\n  public_reads: true\n  profiling: true\n"))
 	_, out := runAdapter(t, "--config", cfg, "--redis", srv.URL(), "--listen", "127.0.0.1:0")
 	api := apiURL(t, out)
-	get := func(path, auth string) (int, []byte) {
-		r, err := http.NewRequestWithContext(t.Context(), "GET", api+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if auth != "" {
-			r.Header.Set("Authorization", auth)
-		}
-		resp, err := http.DefaultClient.Do(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
-	}
+	get := func(path, auth string) (int, []byte) { return callAPI(t, "GET", api+path, auth) }
 	for _, p := range []string{"/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/goroutine?debug=1"} {
 		if code, _ := get(p, ""); code != http.StatusUnauthorized {
 			t.Errorf("GET %s without a token: %d, want 401", p, code)
@@ -234,6 +207,26 @@ func TestProfilesNeedTheToken(t *testing.T) {
 	if code, b := get("/debug/pprof/cmdline", "Bearer "+token); code != http.StatusNotFound || strings.Contains(string(b), "redis") {
 		t.Errorf("command line with the token: %d %.200s, want 404", code, b)
 	}
+}
+
+// callAPI sends method to url, with auth as its Authorization header
+// (none when ""), and returns the status and the body.
+func callAPI(t *testing.T, method, url, auth string) (int, []byte) {
+	t.Helper()
+	r, err := http.NewRequestWithContext(t.Context(), method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if auth != "" {
+		r.Header.Set("Authorization", auth)
+	}
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
 }
 
 // TestRedisPasswordIsNotPrinted: the startup banner and connection errors

@@ -45,7 +45,8 @@ func TestAccountCached(t *testing.T) {
 		t.Fatalf("failed lookups: %d, want 2 (not kept)", calls["gone"])
 	}
 
-	// Reach: a work directory that another uid can pass, then cannot.
+	// Reach: a work directory this test's own user can pass (its owner
+	// bits, and the system's directories above it), then cannot.
 	top, err := os.MkdirTemp("", "reach")
 	if err != nil {
 		t.Fatal(err)
@@ -55,33 +56,30 @@ func TestAccountCached(t *testing.T) {
 	if err := os.Mkdir(wd, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(top, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	stranger := account{name: "stranger", uid: 4242, gid: 4242, groups: []uint32{4242}}
-	if err := stranger.checkReachable(wd); err != nil {
-		t.Skipf("a directory above %s is closed to others here (%v): nothing to check", top, err)
+	owner := account{name: "owner", uid: uint32(os.Getuid()), gid: uint32(os.Getgid()), groups: []uint32{uint32(os.Getgid())}}
+	if err := owner.checkReachable(wd); err != nil {
+		t.Fatalf("the test's own directory out of its user's reach: %v", err)
 	}
 	p.workDir = wd
-	if err := p.reachable(stranger); err != nil {
+	if err := p.reachable(owner); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(top, 0o700); err != nil {
+	if err := os.Chmod(top, 0o600); err != nil { // not searchable, even by its owner
 		t.Fatal(err)
 	}
-	if err := p.reachable(stranger); err != nil {
+	if err := p.reachable(owner); err != nil {
 		t.Fatalf("within the TTL of a passed check: %v, want it kept", err)
 	}
 	clk.Advance(accountTTL)
 	for range 2 {
-		if err := p.reachable(stranger); err == nil {
+		if err := p.reachable(owner); err == nil {
 			t.Fatal("after the TTL the closed directory was not seen")
 		}
 	}
-	if err := os.Chmod(top, 0o755); err != nil {
+	if err := os.Chmod(top, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.reachable(stranger); err != nil {
+	if err := p.reachable(owner); err != nil {
 		t.Fatalf("a failed check was kept: %v", err)
 	}
 }
