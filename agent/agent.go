@@ -38,6 +38,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/computeboard/computeboard/internal/clock"
+	"github.com/computeboard/computeboard/internal/ttlcache"
 	"github.com/computeboard/computeboard/jobs"
 	"github.com/computeboard/computeboard/pool"
 	"github.com/computeboard/computeboard/providers"
@@ -130,7 +131,7 @@ type Agent struct {
 	nodes map[string]Node
 	log   *slog.Logger
 
-	owners ownerCache // the checkpoint directories' users (checkpointDir)
+	owners ttlcache.Cache[string, owner] // the checkpoint directories' users (checkpointDir)
 
 	mu      sync.Mutex
 	tasks   map[string]*task  // by job ID; guarded by mu
@@ -238,7 +239,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, nodes: map[string]Node{}, tasks: map[string]*task{}, log: cfg.Logger,
 		failing: map[string]int{}, out: map[string]string{}, tracked: make(chan struct{}, 1),
-		bornAt: cfg.Clock.Now()}
+		bornAt: cfg.Clock.Now(), owners: ttlcache.Cache[string, owner]{TTL: ownerTTL}}
 	for _, n := range cfg.Nodes {
 		if n.Record.Name == "" || n.Provider == nil {
 			return nil, errors.New("agent: a node needs a name and a provider")

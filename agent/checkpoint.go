@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -249,11 +248,14 @@ func (a *Agent) checkpointDir(jobID, runAs string) (string, error) {
 	if os.Geteuid() != 0 {
 		return dir, nil
 	}
-	uid, gid, err := a.owners.lookup(runAs, a.cfg.Clock.Now())
+	if runAs == "" {
+		runAs = "nobody"
+	}
+	o, err := a.owners.Load(runAs, a.cfg.Clock.Now(), func() (owner, error) { return lookupOwner(runAs) })
 	if err != nil {
 		return "", err
 	}
-	if err := os.Chown(dir, uid, gid); err != nil {
+	if err := os.Chown(dir, o.uid, o.gid); err != nil {
 		return "", err
 	}
 	return dir, nil
@@ -264,44 +266,21 @@ func (a *Agent) checkpointDir(jobID, runAs string) (string, error) {
 // its users: providers/local's accountTTL).
 const ownerTTL = 5 * time.Second
 
-// ownerCache holds the users looked up within ownerTTL; a failed lookup
-// is not kept.
-type ownerCache struct {
-	mu sync.Mutex
-	m  map[string]cachedOwner
-}
+// owner is a job user's uid and gid.
+type owner struct{ uid, gid int }
 
-type cachedOwner struct {
-	uid, gid int
-	at       time.Time
-}
-
-func (c *ownerCache) lookup(runAs string, now time.Time) (uid, gid int, err error) {
-	if runAs == "" {
-		runAs = "nobody"
-	}
-	c.mu.Lock()
-	o, ok := c.m[runAs]
-	c.mu.Unlock()
-	if ok && now.Sub(o.at) < ownerTTL && !now.Before(o.at) {
-		return o.uid, o.gid, nil
-	}
+// lookupOwner looks user runAs up (a numeric one by id).
+func lookupOwner(runAs string) (owner, error) {
 	u, err := user.Lookup(runAs)
 	if _, nerr := strconv.Atoi(runAs); nerr == nil {
 		u, err = user.LookupId(runAs)
 	}
 	if err != nil {
-		return 0, 0, err
+		return owner{}, err
 	}
-	uid, _ = strconv.Atoi(u.Uid)
-	gid, _ = strconv.Atoi(u.Gid)
-	c.mu.Lock()
-	if c.m == nil || len(c.m) >= 256 {
-		c.m = map[string]cachedOwner{}
-	}
-	c.m[runAs] = cachedOwner{uid: uid, gid: gid, at: now}
-	c.mu.Unlock()
-	return uid, gid, nil
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return owner{uid, gid}, nil
 }
 
 // checkpointLoop records, every CheckpointInterval, the newest verified

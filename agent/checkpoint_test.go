@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/computeboard/computeboard/internal/clock"
+	"github.com/computeboard/computeboard/internal/ttlcache"
 	"github.com/computeboard/computeboard/pool"
 	"github.com/computeboard/computeboard/providers"
 	"github.com/computeboard/computeboard/providers/fake"
@@ -239,7 +240,8 @@ func TestNoCheckpointDirWhereTasksSeeNoFiles(t *testing.T) {
 // to the job's user, looked up once per ownerTTL.
 func TestCheckpointDirMade(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	a := &Agent{cfg: Config{CheckpointDir: filepath.Join(t.TempDir(), "missing", "root"), Clock: clk}}
+	a := &Agent{cfg: Config{CheckpointDir: filepath.Join(t.TempDir(), "missing", "root"), Clock: clk},
+		owners: ttlcache.Cache[string, owner]{TTL: ownerTTL}}
 	dir, err := a.checkpointDir("job-1", "")
 	if err != nil {
 		t.Fatal(err)
@@ -276,19 +278,27 @@ func TestCheckpointDirMade(t *testing.T) {
 	if err := syscall.Stat(dir, &st); err != nil || strconv.Itoa(int(st.Uid)) != nobody.Uid {
 		t.Fatalf("owner of %s: uid %d (%v), want nobody's %s", dir, st.Uid, err, nobody.Uid)
 	}
-	first := a.owners.m["nobody"].at
+	if _, ok := a.owners.Get("nobody", clk.Now()); !ok {
+		t.Fatal("the user looked up is not kept")
+	}
 	clk.Advance(ownerTTL - time.Nanosecond)
-	if _, err := a.checkpointDir("job-3", ""); err != nil || a.owners.m["nobody"].at != first {
-		t.Fatalf("within ownerTTL the user was looked up again (%v)", err)
+	if _, err := a.checkpointDir("job-3", ""); err != nil {
+		t.Fatal(err)
 	}
 	clk.Advance(time.Nanosecond)
-	if _, err := a.checkpointDir("job-4", "nobody"); err != nil || !a.owners.m["nobody"].at.After(first) {
-		t.Fatalf("after ownerTTL the user was not looked up again (%v)", err)
+	if _, ok := a.owners.Get("nobody", clk.Now()); ok {
+		t.Fatal("within ownerTTL the user was looked up again")
+	}
+	if _, err := a.checkpointDir("job-4", "nobody"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := a.owners.Get("nobody", clk.Now()); !ok {
+		t.Fatal("after ownerTTL the user was not looked up again")
 	}
 	if _, err := a.checkpointDir("job-5", "no-such-user-here"); err == nil {
 		t.Fatal("a job's directory given to a user that does not exist")
 	}
-	if _, ok := a.owners.m["no-such-user-here"]; ok {
+	if _, ok := a.owners.Get("no-such-user-here", clk.Now()); ok {
 		t.Fatal("a failed lookup was kept")
 	}
 }

@@ -107,6 +107,7 @@ func New(cfg Config) (*Provider, error) {
 		allowRoot:  cfg.AllowRoot,
 		limits:     cfg.Limits.list(),
 		maxOutput:  cfg.MaxOutputBytes,
+		accounts:   newAccountCache(),
 	}
 	if cfg.User != "" {
 		// Every task without a user of its own runs as this one.

@@ -8,10 +8,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
+	"github.com/computeboard/computeboard/internal/ttlcache"
 	"github.com/computeboard/computeboard/providers"
 	"github.com/computeboard/computeboard/providers/local/supervise"
 )
@@ -48,75 +48,41 @@ var errRoot = errors.New("refusing to run a task as root")
 // sssd) would take longer to; a failed lookup or check is not kept.
 const accountTTL = 5 * time.Second
 
-// accountCacheMax bounds the users kept: beyond it, all are dropped.
-const accountCacheMax = 256
-
 // accountCache holds the accounts resolved within accountTTL, by the
 // name asked for ("" too), and since when each reaches the work
 // directory.
 type accountCache struct {
-	mu    sync.Mutex
-	byKey map[string]cachedAccount
-	reach map[uint32]time.Time // by uid: checkReachable passed then
+	byName ttlcache.Cache[string, account]
+	reach  ttlcache.Cache[uint32, struct{}] // by uid: checkReachable passed
 	// resolve, when set (by tests), replaces Provider.resolve.
 	resolve func(name string) (account, error)
 }
 
-type cachedAccount struct {
-	a  account
-	at time.Time
+func newAccountCache() accountCache {
+	return accountCache{
+		byName: ttlcache.Cache[string, account]{TTL: accountTTL},
+		reach:  ttlcache.Cache[uint32, struct{}]{TTL: accountTTL},
+	}
 }
 
 // account resolves the user a task runs as: name (Task.User), else the
 // configured default, else the user this process runs as (within
 // accountTTL of the last lookup, as it was then).
 func (p *Provider) account(name string) (account, error) {
-	now := p.clock.Now()
-	c := &p.accounts
-	c.mu.Lock()
-	if e, ok := c.byKey[name]; ok && now.Sub(e.at) < accountTTL && !now.Before(e.at) {
-		c.mu.Unlock()
-		return e.a, nil
-	}
-	c.mu.Unlock()
 	resolve := p.resolve
-	if c.resolve != nil {
-		resolve = c.resolve
+	if p.accounts.resolve != nil {
+		resolve = p.accounts.resolve
 	}
-	a, err := resolve(name)
-	if err != nil {
-		return account{}, err
-	}
-	c.mu.Lock()
-	if c.byKey == nil || len(c.byKey) >= accountCacheMax {
-		c.byKey = map[string]cachedAccount{}
-	}
-	c.byKey[name] = cachedAccount{a: a, at: now}
-	c.mu.Unlock()
-	return a, nil
+	return p.accounts.byName.Load(name, p.clock.Now(), func() (account, error) { return resolve(name) })
 }
 
 // reachable is a.checkReachable(p.workDir), passed within accountTTL by
 // the same uid or checked now.
 func (p *Provider) reachable(a account) error {
-	now := p.clock.Now()
-	c := &p.accounts
-	c.mu.Lock()
-	at, ok := c.reach[a.uid]
-	c.mu.Unlock()
-	if ok && now.Sub(at) < accountTTL && !now.Before(at) {
-		return nil
-	}
-	if err := a.checkReachable(p.workDir); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	if c.reach == nil || len(c.reach) >= accountCacheMax {
-		c.reach = map[uint32]time.Time{}
-	}
-	c.reach[a.uid] = now
-	c.mu.Unlock()
-	return nil
+	_, err := p.accounts.reach.Load(a.uid, p.clock.Now(), func() (struct{}, error) {
+		return struct{}{}, a.checkReachable(p.workDir)
+	})
+	return err
 }
 
 // resolve is account without the cache. A root provider switches to a
