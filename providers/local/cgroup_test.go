@@ -714,12 +714,24 @@ func TestCgroupSpares(t *testing.T) {
 
 	burn := helperTask(t, "burn", "300")
 	burn.Resources = providers.Resources{CPUCores: 2, MemoryBytes: 128 << 20}
-	run(burn, providers.StateSucceeded)
+	hb := run(burn, providers.StateSucceeded)
 	if cpusetBase != "" {
 		setBaseCPUs(cpusAll)
 	}
 	if got := spares(); len(got) != 1 {
 		t.Fatalf("spares after a task that ended cleanly: %v; want one", got)
+	}
+	// The spare keeps its control files open, for the next task: the
+	// server holds them, under the spare's name, and nothing else there.
+	serverPID := taskState(t, p, hb).SupervisorPID
+	if held := ctlFilesHeld(t, serverPID, bases); len(held) == 0 {
+		t.Errorf("the server holds no control file of its spare open")
+	} else {
+		for _, f := range held {
+			if !strings.Contains(f, supervise.SparePrefix) || strings.HasSuffix(f, "cgroup.procs") {
+				t.Errorf("the server holds %s open; want only the spare's control files, no process list", f)
+			}
+		}
 	}
 
 	next := helperTask(t, "sleep")
@@ -769,6 +781,10 @@ func TestCgroupSpares(t *testing.T) {
 	wantCgroupGone(t, taskState(t, p, h))
 	if got := spares(); len(got) != 0 {
 		t.Errorf("spares after a stopped task: %v; want none", got)
+	}
+	// Its cgroup, the spare the task took, was removed: its files with it.
+	if held := ctlFilesHeld(t, serverPID, bases); len(held) != 0 {
+		t.Errorf("the server still holds %v open after the cgroup was removed", held)
 	}
 	hog := helperTask(t, "hog", "256")
 	hog.Resources.MemoryBytes = 64 << 20
@@ -820,4 +836,29 @@ func TestCgroupSpares(t *testing.T) {
 	if got := spares(); len(got) != 0 {
 		t.Errorf("spares after Prune: %v; want none", got)
 	}
+}
+
+// ctlFilesHeld lists the files under bases (cgroup hierarchies' task
+// parents) that process pid holds open, as /proc names them (a removed
+// one ends in " (deleted)").
+func ctlFilesHeld(t *testing.T, pid int, bases []string) []string {
+	t.Helper()
+	fdDir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(fdDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []string
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join(fdDir, e.Name()))
+		if err != nil {
+			continue // closed meanwhile
+		}
+		for _, b := range bases {
+			if strings.HasPrefix(target, b+"/") {
+				held = append(held, target)
+			}
+		}
+	}
+	return held
 }

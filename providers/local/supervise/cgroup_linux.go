@@ -48,7 +48,7 @@ func (d CgroupDir) make(cg *Cgroup) error {
 // quota the parent would refuse).
 func (d CgroupDir) configure(cg, prev *Cgroup) error {
 	set := func(file, value string) error {
-		if err := writeCtl(filepath.Join(d.Path, file), value); err != nil {
+		if err := d.write(file, value); err != nil {
 			return fmt.Errorf("set %s to %q: %w", file, value, err)
 		}
 		return nil
@@ -72,10 +72,10 @@ func (d CgroupDir) configure(cg, prev *Cgroup) error {
 			}
 		}
 		if prev != nil && !d.V2 { // a spare: what it holds already is not written again
-			if cur, err := readCtl(filepath.Join(d.Path, "cpuset.cpus")); err == nil && strings.TrimSpace(cur) == cpus {
+			if cur, err := d.read("cpuset.cpus"); err == nil && strings.TrimSpace(cur) == cpus {
 				cpus = ""
 			}
-			if cur, err := readCtl(filepath.Join(d.Path, "cpuset.mems")); err == nil && strings.TrimSpace(cur) == mems {
+			if cur, err := d.read("cpuset.mems"); err == nil && strings.TrimSpace(cur) == mems {
 				mems = ""
 			}
 		}
@@ -189,10 +189,10 @@ func StartIn(cmd *exec.Cmd, cg *Cgroup, started func()) error {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	var v1 []string
+	var v1 []CgroupDir
 	for _, d := range cg.Dirs {
 		if !d.V2 {
-			v1 = append(v1, d.Path)
+			v1 = append(v1, d)
 			continue
 		}
 		f, err := os.Open(d.Path)
@@ -208,9 +208,9 @@ func StartIn(cmd *exec.Cmd, cg *Cgroup, started func()) error {
 	var err error
 	onThrowawayThread(func() {
 		tid := strconv.Itoa(syscall.Gettid())
-		for _, dir := range v1 {
-			if err = writeCtl(filepath.Join(dir, "tasks"), tid); err != nil {
-				err = fmt.Errorf("cgroup: enter %s: %w", dir, err)
+		for _, d := range v1 {
+			if err = d.write("tasks", tid); err != nil {
+				err = fmt.Errorf("cgroup: enter %s: %w", d.Path, err)
 				return
 			}
 		}
@@ -359,6 +359,112 @@ func writeCtl(path, value string) error {
 	return nil
 }
 
+// read reads d's control file, through d.files when d has them (and the
+// file is no process list).
+func (d CgroupDir) read(file string) (string, error) {
+	if fd, ok := d.files.open(d.Path, file, false); ok {
+		return preadCtl(fd, filepath.Join(d.Path, file))
+	}
+	return readCtl(filepath.Join(d.Path, file))
+}
+
+// write writes value to d's control file, through d.files when d has
+// them.
+func (d CgroupDir) write(file, value string) error {
+	if fd, ok := d.files.open(d.Path, file, true); ok {
+		path := filepath.Join(d.Path, file)
+		n, err := retryEINTR(func() (int, error) { return syscall.Pwrite(fd, []byte(value), 0) })
+		if err == nil && n < len(value) {
+			err = io.ErrShortWrite
+		}
+		if err != nil {
+			return &fs.PathError{Op: "write", Path: path, Err: err}
+		}
+		return nil
+	}
+	return writeCtl(filepath.Join(d.Path, file), value)
+}
+
+// open returns the descriptor of dir's control file, opened now if need
+// be; false: f is nil or closed, the file is a process list for reading
+// (see ctlFiles), or it cannot be opened (the caller's own open says why).
+func (f *ctlFiles) open(dir, file string, write bool) (int, bool) {
+	if f == nil || file == "cgroup.procs" || file == "tasks" && !write {
+		return 0, false
+	}
+	k := ctlKey{file, write}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return 0, false
+	}
+	if fd, ok := f.fds[k]; ok {
+		return fd, true
+	}
+	mode := syscall.O_RDONLY
+	if write {
+		mode = syscall.O_WRONLY
+	}
+	fd, err := retryEINTR(func() (int, error) {
+		return syscall.Open(filepath.Join(dir, file), mode|syscall.O_CLOEXEC, 0)
+	})
+	if err != nil {
+		return 0, false
+	}
+	if f.fds == nil {
+		f.fds = make(map[ctlKey]int)
+	}
+	f.fds[k] = fd
+	return fd, true
+}
+
+// close closes every descriptor f holds, for good.
+func (f *ctlFiles) close() {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, fd := range f.fds {
+		_ = syscall.Close(fd)
+	}
+	f.fds, f.closed = nil, true
+}
+
+// closeFiles closes the control files s's directories hold open: before
+// they are removed, or when they are left behind.
+func (s CgroupSet) closeFiles() {
+	for _, d := range s {
+		d.files.close()
+	}
+}
+
+// keepFiles gives each v1 directory of s that has none a ctlFiles of its
+// own (a supervisor server's: Spares.Create).
+func (s CgroupSet) keepFiles() {
+	for i := range s {
+		if !s[i].V2 && s[i].files == nil {
+			s[i].files = &ctlFiles{}
+		}
+	}
+}
+
+// preadCtl reads the whole of an open control file from its start.
+func preadCtl(fd int, path string) (string, error) {
+	var out []byte
+	buf := make([]byte, 512)
+	for {
+		n, err := retryEINTR(func() (int, error) { return syscall.Pread(fd, buf, int64(len(out))) })
+		if err != nil {
+			return "", &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
+			return string(out), nil
+		}
+		out = append(out, buf[:n]...)
+	}
+}
+
 func readCtl(path string) (string, error) {
 	fd, err := retryEINTR(func() (int, error) { return syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0) })
 	if err != nil {
@@ -401,7 +507,8 @@ func (s CgroupSet) OOMKills() (kills int64, known bool, hits int64) {
 		if d.V2 {
 			file = "memory.events"
 		}
-		for line := range strings.Lines(readString(filepath.Join(d.Path, file))) {
+		b, _ := d.read(file)
+		for line := range strings.Lines(b) {
 			if n, ok := strings.CutPrefix(strings.TrimSpace(line), "oom_kill "); ok {
 				kills, _ = strconv.ParseInt(n, 10, 64)
 				return kills, true, 0
@@ -429,7 +536,8 @@ func (s CgroupSet) CPUUsage() (used time.Duration, ok bool) {
 				}
 			}
 		case d.Has(CtlCPUAcct):
-			ns, err := strconv.ParseInt(readString(filepath.Join(d.Path, "cpuacct.usage")), 10, 64)
+			b, _ := d.read("cpuacct.usage")
+			ns, err := strconv.ParseInt(strings.TrimSpace(b), 10, 64)
 			return time.Duration(ns), err == nil
 		}
 	}
@@ -450,6 +558,7 @@ func (s CgroupSet) Exist() bool {
 // gone. The kernel may still be finishing off the last of them, so a busy
 // directory is retried for a while.
 func (s CgroupSet) Remove() error {
+	s.closeFiles()
 	var errs []error
 	for _, d := range s {
 		// It is on the way from a task's exit to its outcome, so the

@@ -229,6 +229,8 @@ func Supervise(cmd *exec.Cmd, out *Capture, spec *Spec, spares *Spares, deadline
 			if err := spares.Release(spec.Cgroup, cause == nil && !left && cmd.ProcessState != nil); err != nil {
 				log.Warn("task's cgroup not removed; Prune retries", "err", err)
 			}
+		} else {
+			spec.Cgroup.Dirs.closeFiles() // left to Prune
 		}
 	}
 	rec.StdoutDropped, rec.StderrDropped = out.wait(spec.KillGrace)

@@ -96,10 +96,16 @@ func SpareOwner(name string) (pid int, startTicks uint64, ok bool) {
 }
 
 // Create takes a spare for cg when one fits, else makes cg's directories
-// (Cgroup.Create). A nil sp makes them.
+// (Cgroup.Create). A nil sp makes them. The v1 directories keep their
+// control files open (ctlFiles) for as long as they exist, taken along
+// when they become a spare: so a spare's second task opens none of the
+// files its first did.
 func (sp *Spares) Create(cg *Cgroup) error {
 	if sp.take(cg) {
 		return nil
+	}
+	if sp != nil {
+		cg.Dirs.keepFiles()
 	}
 	return cg.Create()
 }

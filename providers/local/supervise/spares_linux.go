@@ -32,9 +32,19 @@ func (sp *Spares) take(cg *Cgroup) bool {
 		if err := syscall.Rename(d.Path, v1[j].Path); err != nil {
 			// A directory of an earlier attempt at this task is there
 			// (EEXIST), say: this spare goes, and Create makes the rest.
+			s.dirs[:j].closeFiles() // renamed already: removed below
 			_ = v1[:j].Remove()
 			_ = s.dirs[j:].Remove()
 			return false
+		}
+	}
+	// The spare's open control files come along (byVersion keeps the
+	// order of cg.Dirs).
+	j := 0
+	for i := range cg.Dirs {
+		if !cg.Dirs[i].V2 {
+			cg.Dirs[i].files = s.dirs[j].files
+			j++
 		}
 	}
 	for _, d := range cg.Dirs {
