@@ -63,6 +63,10 @@ type Resolver func(wire.Request) (Command, *wire.Error)
 type JobStore interface {
 	Get(ctx context.Context, jobID string) (jobs.Job, error)
 	Transition(ctx context.Context, jobID string, from, to wire.JobStatus, u jobs.Update) (jobs.Job, error)
+	// Change is Transition with the job entry's mirror left to the
+	// caller: a start is mirrored once its task started, an end once the
+	// scheduler has its report.
+	Change(ctx context.Context, jobID string, from, to wire.JobStatus, u jobs.Update) (jobs.Job, jobs.Mirror, error)
 	SetHandles(ctx context.Context, hs []jobs.HandleSet) []error
 	// Accept recreates a record a Redis rollback lost (see reconcile.go)
 	// from what the agent holds; Reaccept from the request's entry, for a
@@ -490,7 +494,7 @@ func (a *Agent) start(ctx context.Context, m pool.Message) (bool, *task) {
 	// The checkpoint to resume from is verified again before the start
 	// (on this node, which may not be the one that verified it).
 	up, restore := a.checkpointUpdate(m.JobID, jobs.Update{Node: m.Node, ExpectNode: m.Node})
-	rec, err := a.cfg.Jobs.Transition(sctx, m.JobID, wire.JobQueued, wire.JobRunning, up)
+	rec, mirror, err := a.cfg.Jobs.Change(sctx, m.JobID, wire.JobQueued, wire.JobRunning, up)
 	if a.cfg.CheckpointDir != "" {
 		rec.Checkpoint = restore // the record's may not be readable here
 	}
@@ -506,16 +510,19 @@ func (a *Agent) start(ctx context.Context, m pool.Message) (bool, *task) {
 		// (Recover re-attached it).
 		a.refused(sctx, m)
 		return true, nil
-	case err != nil && rec.JobID != "" && rec.Status == wire.JobRunning:
-		// The compare-and-set was made; only the job entry's mirror
-		// failed. The job is ours to start: not starting it now would
-		// leave it running with no task.
-		a.log.Warn("start: job entry not updated; starting anyway", "job", m.JobID, "err", err)
 	case err != nil:
 		a.log.Warn("start: transition", "job", m.JobID, "err", err)
 		return false, nil
 	}
-	return true, a.launch(sctx, node, rec, m.Placement)
+	// The compare-and-set is made: the job is ours to start, whatever
+	// becomes of its mirror (not starting it would leave it running with
+	// no task). The job entry says running once the task has started
+	// (launch), a round trip sooner for the task.
+	return true, a.launch(sctx, node, rec, m.Placement, func() {
+		if err := mirror(sctx); err != nil {
+			a.log.Warn("start: job entry not updated", "job", m.JobID, "err", err)
+		}
+	})
 }
 
 // refused settles an order the job record refused.
@@ -545,10 +552,14 @@ func (a *Agent) refused(ctx context.Context, m pool.Message) {
 
 // launch starts the task of a job now recorded running on node; the task,
 // or nil when it could not start (the job is recorded failed then).
-func (a *Agent) launch(ctx context.Context, node Node, rec jobs.Job, pl providers.Placement) *task {
+// mirrored writes the start onto the job entry: it runs once, right after
+// the provider's start (or before the job is ended without one), so
+// always before anything ends the job and mirrors that.
+func (a *Agent) launch(ctx context.Context, node Node, rec jobs.Job, pl providers.Placement, mirror func()) *task {
 	name := node.Record.Name
 	cmd, werr := a.cfg.Resolve(rec.Request)
 	if werr != nil {
+		mirror()
 		a.end(ctx, &task{rec: rec, node: name}, wire.JobFailed, jobs.Update{
 			Error: &wire.JobError{Code: string(werr.Code), Message: "this node refuses the request: " + werr.Message}})
 		return nil
@@ -580,6 +591,7 @@ func (a *Agent) launch(ctx context.Context, node Node, rec jobs.Job, pl provider
 	}
 	t.Note = startNote(rec)
 	h, err := node.Provider.Start(ctx, t)
+	mirror()
 	if errors.Is(err, providers.ErrTaskExists) {
 		// This node started this attempt before: Redis lost the record
 		// of that start (a rollback) and the order came back. That run
@@ -1129,7 +1141,18 @@ func (a *Agent) end(ctx context.Context, t *task, to wire.JobStatus, u jobs.Upda
 	}
 	a.endMu.RLock()
 	defer a.endMu.RUnlock()
-	_, err := a.cfg.Jobs.Transition(ctx, t.rec.JobID, from, to, u)
+	_, mirror, err := a.cfg.Jobs.Change(ctx, t.rec.JobID, from, to, u)
+	// A job that ended for good is reported before its entry says so, so
+	// that the scheduler frees its slot a round trip sooner; one going
+	// back to the queue is mirrored first, as its next start (here, after
+	// the report) is mirrored after it and must not be overwritten by it.
+	mirrored := false
+	if err == nil && (!to.Terminal() || t.lost) {
+		mirrored = true
+		if merr := mirror(ctx); merr != nil {
+			a.log.Warn("record job end: job entry not updated", "job", t.rec.JobID, "err", merr)
+		}
+	}
 	if err != nil && !errors.Is(err, jobs.ErrConflict) && !errors.Is(err, jobs.ErrNotFound) {
 		a.log.Warn("record job end", "job", t.rec.JobID, "err", err)
 		return // try again on the next poll
@@ -1167,6 +1190,11 @@ func (a *Agent) end(ctx context.Context, t *task, to wire.JobStatus, u jobs.Upda
 		}
 	})
 	a.untrackReported(ctx, t, &pool.Report{JobID: t.rec.JobID, Node: t.node, Event: ev, Status: string(to)})
+	if err == nil && !mirrored {
+		if merr := mirror(ctx); merr != nil {
+			a.log.Warn("record job end: job entry not updated", "job", t.rec.JobID, "err", merr)
+		}
+	}
 	a.log.Debug("job ended", "job", t.rec.JobID, "node", t.node, "status", to)
 }
 

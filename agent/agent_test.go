@@ -705,3 +705,133 @@ func TestStopOrderWhilePolling(t *testing.T) {
 		t.Errorf("%d stops reached the provider, want at least one per order (200)", prov.stops)
 	}
 }
+
+// orderLog records, in order, a provider's starts and a job store's
+// mirrors, and holds the mirrors of a chosen status until released.
+type orderLog struct {
+	JobStore
+	providers.Provider
+	mu     sync.Mutex
+	events []string
+	holdTo wire.JobStatus
+	hold   chan struct{}
+	freed  bool
+}
+
+// release lets the held mirrors go.
+func (o *orderLog) release() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.freed {
+		close(o.hold)
+		o.freed = true
+	}
+}
+
+func (o *orderLog) add(ev string) {
+	o.mu.Lock()
+	o.events = append(o.events, ev)
+	o.mu.Unlock()
+}
+
+func (o *orderLog) log() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.events)
+}
+
+func (o *orderLog) Start(ctx context.Context, t providers.Task) (providers.Handle, error) {
+	o.add("start")
+	return o.Provider.Start(ctx, t)
+}
+
+func (o *orderLog) Change(ctx context.Context, id string, from, to wire.JobStatus, u jobs.Update) (jobs.Job, jobs.Mirror, error) {
+	j, mirror, err := o.JobStore.Change(ctx, id, from, to, u)
+	if err != nil {
+		return j, mirror, err
+	}
+	return j, func(ctx context.Context) error {
+		o.mu.Lock()
+		held, hold := to == o.holdTo, o.hold
+		o.mu.Unlock()
+		if held {
+			<-hold
+		}
+		o.add("mirror " + string(to))
+		return mirror(ctx)
+	}, nil
+}
+
+// TestMirrorOrder: a start is mirrored onto the job entry after its task
+// started, and before the task can end; an end for good is reported to
+// the scheduler before its mirror (which may lag), and an end that puts
+// the job back in the queue after it, so that the job's next start,
+// mirrored later, is never overwritten by it.
+func TestMirrorOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	o := &orderLog{JobStore: e.jobs, holdTo: wire.JobSucceeded, hold: make(chan struct{})}
+	o.Provider = e.prov
+	resolve := func(r wire.Request) (Command, *wire.Error) {
+		c := Command{Argv: r.Command}
+		if r.MaxRetries > 0 {
+			c.Timeout = time.Second // fails timed out, and goes back to the queue
+		}
+		return c, nil
+	}
+	a := e.agent(o, resolve)
+	a.cfg.Jobs = o
+	e.run(a)
+	t.Cleanup(o.release) // before the agent's stop (cleanups run last first)
+	entry := func(id string) wire.JobStatus {
+		t.Helper()
+		ent, err := e.board.Get(e.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var jd wire.JobData
+		if err := json.Unmarshal(ent.Data, &jd); err != nil {
+			t.Fatal(err)
+		}
+		return jd.Status
+	}
+
+	// Ends for good: reported while its mirror is held.
+	j := e.queued(job30s)
+	e.assign(j.JobID, "n1")
+	e.waitFor("the start mirrored", func() bool { return slices.Contains(o.log(), "mirror running") })
+	if got := o.log(); !slices.Equal(got, []string{"start", "mirror running"}) {
+		t.Fatalf("start: %v; want the task started, then the entry", got)
+	}
+	if st := entry(j.JobID); st != wire.JobRunning {
+		t.Fatalf("job entry %s while the task runs", st)
+	}
+	e.clk.Advance(30 * time.Second)
+	e.waitReports(j.JobID+" started running", j.JobID+" ended succeeded")
+	if st := entry(j.JobID); st != wire.JobRunning {
+		t.Errorf("job entry %s while its end's mirror is held; want running still", st)
+	}
+	o.release()
+	e.waitFor("the end mirrored", func() bool { return entry(j.JobID) == wire.JobSucceeded })
+
+	// Back to the queue: mirrored before the report.
+	o.mu.Lock()
+	o.holdTo, o.hold, o.freed, o.events = wire.JobQueued, make(chan struct{}), false, nil
+	o.mu.Unlock()
+	r := e.queued(`{"command":["sleep","30"],"estimated_duration":30,"max_retries":1}`)
+	e.assign(r.JobID, "n1")
+	e.waitFor("the start mirrored", func() bool { return slices.Contains(o.log(), "mirror running") })
+	e.clk.Advance(2 * time.Second)
+	e.waitFor("the requeue's mirror reached", func() bool { return e.rec(r.JobID).Status == wire.JobQueued })
+	time.Sleep(50 * time.Millisecond) // the agent's poll, report included, had its turn
+	for _, rep := range e.reports() {
+		if rep == r.JobID+" ended queued" {
+			t.Fatal("a job going back to the queue was reported before its entry said so")
+		}
+	}
+	o.release()
+	e.waitReports(j.JobID+" started running", j.JobID+" ended succeeded", r.JobID+" started running", r.JobID+" ended queued")
+	if st := entry(r.JobID); st != wire.JobQueued {
+		t.Errorf("job entry %s after the requeue; want queued", st)
+	}
+}

@@ -155,20 +155,19 @@ func TestOldRunDoesNotEndTheNewOne(t *testing.T) {
 	}
 }
 
-// mirrorFails makes the first start's compare-and-set succeed but report
-// an error, as jobs.Transition does when the record changed and only the
-// job entry's mirror failed (Redis went away between the two).
+// mirrorFails makes the first start's compare-and-set succeed and its
+// job entry's mirror fail, as when Redis goes away between the two.
 type mirrorFails struct {
 	JobStore
 	failed atomic.Bool
 }
 
-func (m *mirrorFails) Transition(ctx context.Context, id string, from, to wire.JobStatus, u jobs.Update) (jobs.Job, error) {
-	j, err := m.JobStore.Transition(ctx, id, from, to, u)
+func (m *mirrorFails) Change(ctx context.Context, id string, from, to wire.JobStatus, u jobs.Update) (jobs.Job, jobs.Mirror, error) {
+	j, mirror, err := m.JobStore.Change(ctx, id, from, to, u)
 	if err == nil && to == wire.JobRunning && from == wire.JobQueued && m.failed.CompareAndSwap(false, true) {
-		return j, errors.New("record changed, entry not updated: connection refused")
+		return j, func(context.Context) error { return errors.New("connection refused") }, nil
 	}
-	return j, err
+	return j, mirror, err
 }
 
 // TestStartWhenOnlyTheMirrorFailed: a start whose compare-and-set was made

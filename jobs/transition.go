@@ -57,12 +57,35 @@ const (
 // Config.Retention. ErrNotFound: no such job. ErrFenced: this Fenced
 // view's writer was deposed. A refused transition changes nothing.
 func (s *Store) Transition(ctx context.Context, jobID string, from, to wire.JobStatus, u Update) (Job, error) {
+	j, mirror, err := s.Change(ctx, jobID, from, to, u)
+	if err != nil {
+		return Job{}, err
+	}
+	if err := mirror(ctx); err != nil {
+		return j, fmt.Errorf("jobs: transition %s: record changed, entry not updated: %w", jobID, err)
+	}
+	return j, nil
+}
+
+// Mirror writes a changed record onto the job's entries (Change).
+type Mirror func(ctx context.Context) error
+
+// Change is Transition without the mirror: it changes the record as
+// Transition does and returns the job, and the mirror for the caller to
+// run when it chooses (once, and before the job's next change is
+// mirrored, or the entry would go back). A node agent starts the task
+// before it mirrors the start, and reports an end to the scheduler before
+// it mirrors the end: the entry is for the modules, and the scheduler and
+// the task need not wait a round trip for it. A start the request's
+// withdrawal cancelled (ErrWithdrawn) is mirrored here, as Transition
+// does. The mirror's error is the job entry's: the record has changed.
+func (s *Store) Change(ctx context.Context, jobID string, from, to wire.JobStatus, u Update) (Job, Mirror, error) {
 	if !from.Valid() || !to.Valid() {
-		return Job{}, fmt.Errorf("jobs: transition %s: invalid status %q → %q", jobID, from, to)
+		return Job{}, nil, fmt.Errorf("jobs: transition %s: invalid status %q → %q", jobID, from, to)
 	}
 	fkeys, fepoch, err := s.fenceKeys()
 	if err != nil {
-		return Job{}, fmt.Errorf("jobs: transition %s: %w", jobID, err)
+		return Job{}, nil, fmt.Errorf("jobs: transition %s: %w", jobID, err)
 	}
 	now := formatFloat(s.now())
 	start := to == wire.JobRunning && from != wire.JobRunning
@@ -92,7 +115,7 @@ func (s *Store) Transition(ctx context.Context, jobID string, from, to wire.JobS
 		fields...)
 	res, err := scriptTransition.Run(ctx, s.rdb, keys, args...).Slice()
 	if err != nil {
-		return Job{}, fmt.Errorf("jobs: transition %s: %w", jobID, err)
+		return Job{}, nil, fmt.Errorf("jobs: transition %s: %w", jobID, err)
 	}
 	var v any
 	if len(res) > 1 {
@@ -100,13 +123,13 @@ func (s *Store) Transition(ctx context.Context, jobID string, from, to wire.JobS
 	}
 	switch code, _ := res[0].(int64); code {
 	case transFenced:
-		return Job{}, fmt.Errorf("jobs: transition %s %s → %s: %w", jobID, from, to, s.fencedErr(v))
+		return Job{}, nil, fmt.Errorf("jobs: transition %s %s → %s: %w", jobID, from, to, s.fencedErr(v))
 	case transNotFound:
-		return Job{}, fmt.Errorf("jobs: transition %s: %w", jobID, ErrNotFound)
+		return Job{}, nil, fmt.Errorf("jobs: transition %s: %w", jobID, ErrNotFound)
 	case transConflict:
-		return Job{}, fmt.Errorf("jobs: transition %s %s → %s: %w: status is %v", jobID, from, to, ErrConflict, v)
+		return Job{}, nil, fmt.Errorf("jobs: transition %s %s → %s: %w: status is %v", jobID, from, to, ErrConflict, v)
 	case transNode:
-		return Job{}, fmt.Errorf("jobs: transition %s %s → %s: %w: node is %q, not %q", jobID, from, to, ErrConflict, v, u.ExpectNode)
+		return Job{}, nil, fmt.Errorf("jobs: transition %s %s → %s: %w: node is %q, not %q", jobID, from, to, ErrConflict, v, u.ExpectNode)
 	case transWithdrawn:
 		h := withSide(pairs(v), res)
 		j, err := decodeRecord(h)
@@ -114,21 +137,23 @@ func (s *Store) Transition(ctx context.Context, jobID string, from, to wire.JobS
 			err = s.mirrorAll(ctx, j.JobData, h)
 		}
 		if err != nil {
-			return Job{}, fmt.Errorf("jobs: transition %s: cancelled at start: %w", jobID, err)
+			return Job{}, nil, fmt.Errorf("jobs: transition %s: cancelled at start: %w", jobID, err)
 		}
 		s.stats.cancelledAtStart.Add(1)
-		return Job{}, fmt.Errorf("jobs: transition %s %s → %s: %w", jobID, from, to, ErrWithdrawn)
+		return Job{}, nil, fmt.Errorf("jobs: transition %s %s → %s: %w", jobID, from, to, ErrWithdrawn)
 	}
 	h := withSide(pairs(v), res)
 	j, err := decodeRecord(h)
 	if err != nil {
-		return Job{}, fmt.Errorf("jobs: transition %s: %w", jobID, err)
+		return Job{}, nil, fmt.Errorf("jobs: transition %s: %w", jobID, err)
 	}
-	if err := s.mirrorAll(ctx, j.JobData, h); err != nil {
-		return j, fmt.Errorf("jobs: transition %s: record changed, entry not updated: %w", jobID, err)
-	}
-	if from.Terminal() { // a correction (wire.LegalCorrection)
-		s.emitCorrected(ctx, j.JobData, from)
-	}
-	return j, nil
+	return j, func(ctx context.Context) error {
+		if err := s.mirrorAll(ctx, j.JobData, h); err != nil {
+			return err
+		}
+		if from.Terminal() { // a correction (wire.LegalCorrection)
+			s.emitCorrected(ctx, j.JobData, from)
+		}
+		return nil
+	}, nil
 }

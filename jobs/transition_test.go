@@ -628,3 +628,44 @@ func TestFinishedWithEntry(t *testing.T) {
 		t.Errorf("finished events %v", f)
 	}
 }
+
+// TestChangeMirrorsLater: Change changes the record at once and leaves
+// the job entry (and a terminal job's compute.job.finished) to the
+// mirror it returns, which writes them when run.
+func TestChangeMirrorsLater(t *testing.T) {
+	bd := newBoard(t)
+	s := bd.jobs
+	ctx := t.Context()
+	spec := bd.post(t, "m", okData)
+	j, _ := bd.accept(t, s, spec)
+
+	step := func(from, to wire.JobStatus, u Update) {
+		t.Helper()
+		got, mirror, err := s.Change(ctx, j.JobID, from, to, u)
+		if err != nil || got.Status != to {
+			t.Fatalf("change %s → %s: %+v, %v", from, to, got, err)
+		}
+		if rec, err := s.Get(ctx, j.JobID); err != nil || rec.Status != to {
+			t.Fatalf("record after the change: %s, %v; want %s", rec.Status, err, to)
+		}
+		if jd, _ := bd.jobEntry(t, spec.EntryID); jd.Status != from {
+			t.Fatalf("job entry before the mirror: %s; want %s still", jd.Status, from)
+		}
+		if _, ok := bd.finishedEvents(t)[j.JobID]; ok {
+			t.Fatalf("compute.job.finished raised before the mirror of %s → %s", from, to)
+		}
+		if err := mirror(ctx); err != nil {
+			t.Fatal(err)
+		}
+		jd, _ := bd.jobEntry(t, spec.EntryID)
+		if jd.Status != to {
+			t.Fatalf("job entry after the mirror: %+v; want %s", jd, to)
+		}
+	}
+	step(wire.JobQueued, wire.JobRunning, Update{Node: "n1"})
+	code := 0
+	step(wire.JobRunning, wire.JobSucceeded, Update{ExitCode: &code})
+	if ev, ok := bd.finishedEvents(t)[j.JobID]; !ok || ev["status"] != string(wire.JobSucceeded) {
+		t.Fatalf("compute.job.finished after the mirror: %v, %v", ev, ok)
+	}
+}
