@@ -368,12 +368,15 @@ func (a *Agent) handle(ctx context.Context, msgs []pool.Message) bool {
 		}
 	}
 	// A start cut short by shutdown is finished (see start): the rest of
-	// the batch's writes get a context of their own.
+	// the batch's writes get a context of their own. The starts' reports
+	// and the acknowledgements go in one round trip, after the handles.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	a.started(actx, started)
-	if err := a.cfg.Channel.Ack(actx, ack...); err != nil {
-		a.log.Warn("acknowledge orders", "err", err)
+	rs := a.started(actx, started)
+	if err := a.cfg.Channel.ReportAck(actx, rs, ack); err != nil {
+		// A report lost only delays the scheduler (it rescans the
+		// records); the orders are read again.
+		a.log.Warn("report starts and acknowledge orders", "reports", len(rs), "err", err)
 		return false
 	}
 	n := 0
@@ -386,11 +389,11 @@ func (a *Agent) handle(ctx context.Context, msgs []pool.Message) bool {
 	return len(ack) == len(msgs)
 }
 
-// started stores the handles of the tasks a batch of orders started and
-// reports the starts, one pipeline each. A handle not stored (a crash
+// started stores the handles of the tasks a batch of orders started (one
+// pipeline) and returns the starts' reports. A handle not stored (a crash
 // here) is rebuilt from the task ID at re-attach, which the local
 // provider supports; the report is a hint (the scheduler rescans).
-func (a *Agent) started(ctx context.Context, ts []*task) {
+func (a *Agent) started(ctx context.Context, ts []*task) []pool.Report {
 	var hs []jobs.HandleSet
 	var rs []pool.Report
 	for _, t := range ts {
@@ -402,16 +405,14 @@ func (a *Agent) started(ctx context.Context, ts []*task) {
 		rs = append(rs, pool.Report{JobID: t.rec.JobID, Node: t.node, Event: pool.EventStarted, Status: string(wire.JobRunning)})
 	}
 	if len(hs) == 0 {
-		return
+		return nil
 	}
 	for i, err := range a.cfg.Jobs.SetHandles(ctx, hs) {
 		if err != nil && !errors.Is(err, jobs.ErrConflict) {
 			a.log.Warn("store handle", "job", hs[i].JobID, "err", err)
 		}
 	}
-	if err := a.cfg.Channel.Report(ctx, rs...); err != nil {
-		a.log.Warn("report starts", "jobs", len(rs), "err", err)
-	}
+	return rs
 }
 
 // order handles one order; false: leave it unacknowledged, to try again.

@@ -274,12 +274,17 @@ func decodeMessage(node string, m redis.XMessage) Message {
 	return msg
 }
 
-// Ack acknowledges and deletes handled orders (one pipeline).
-func (c *Channel) Ack(ctx context.Context, msgs ...Message) error {
-	if len(msgs) == 0 {
+// ReportAck appends the reports rs (as Report does) and acknowledges and
+// deletes the handled orders msgs, in one round trip, the reports first:
+// an agent's batch of orders, with the starts it made.
+func (c *Channel) ReportAck(ctx context.Context, rs []Report, msgs []Message) error {
+	if len(rs) == 0 && len(msgs) == 0 {
 		return nil
 	}
 	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, r := range rs {
+			p.XAdd(ctx, c.reportArgs(r))
+		}
 		for _, m := range msgs {
 			k := c.keys.NodeAssign(m.Node)
 			p.XAck(ctx, k, AgentGroup, m.ID)
@@ -288,7 +293,7 @@ func (c *Channel) Ack(ctx context.Context, msgs ...Message) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("pool: ack orders: %w", err)
+		return fmt.Errorf("pool: report and ack orders: %w", err)
 	}
 	return nil
 }

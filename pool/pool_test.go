@@ -176,9 +176,21 @@ func TestChannelDeliversAndRedeliversUnacked(t *testing.T) {
 	if ids, _ := ch.NodeJobs(ctx, "n1"); !slices.Equal(ids, []string{"j1"}) {
 		t.Fatalf("n1 jobs %v", ids)
 	}
-	// The agent acks j1 only, then "restarts": j2 comes back as pending.
-	if err := ch.Ack(ctx, byJob["j1"]); err != nil {
+	// The agent acks j1 only, reporting its start in the same round trip,
+	// then "restarts": j2 comes back as pending.
+	last, err := ch.LastReport(ctx)
+	if err != nil {
 		t.Fatal(err)
+	}
+	rt := redistest.CountRoundTrips(rdb)
+	if err := ch.ReportAck(ctx, []Report{{JobID: "j1", Node: "n1", Event: EventStarted, Status: "running"}}, []Message{byJob["j1"]}); err != nil {
+		t.Fatal(err)
+	}
+	if n := rt.N(); n != 1 {
+		t.Errorf("ReportAck took %d round trips, want 1", n)
+	}
+	if rs, err := ch.Reports(ctx, last, 10, 0); err != nil || len(rs) != 1 || rs[0].JobID != "j1" || rs[0].Event != EventStarted {
+		t.Fatalf("report after ReportAck: %v %+v", err, rs)
 	}
 	if msgs, _ := ch.Read(ctx, "agent-1", nodes, 10, 0, false); len(msgs) != 0 {
 		t.Fatalf("new orders after reading all: %+v", msgs)
