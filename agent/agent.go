@@ -553,7 +553,7 @@ func (a *Agent) refused(ctx context.Context, m pool.Message) {
 
 // launch starts the task of a job now recorded running on node; the task,
 // or nil when it could not start (the job is recorded failed then).
-// mirrored writes the start onto the job entry: it runs once, right after
+// mirror writes the start onto the job entry: it runs once, right after
 // the provider's start (or before the job is ended without one), so
 // always before anything ends the job and mirrors that.
 func (a *Agent) launch(ctx context.Context, node Node, rec jobs.Job, pl providers.Placement, mirror func()) *task {
@@ -1147,6 +1147,7 @@ func (a *Agent) end(ctx context.Context, t *task, to wire.JobStatus, u jobs.Upda
 	// that the scheduler frees its slot a round trip sooner; one going
 	// back to the queue is mirrored first, as its next start (here, after
 	// the report) is mirrored after it and must not be overwritten by it.
+	// A correction (t.lost) keeps the old order too.
 	mirrored := false
 	if err == nil && (!to.Terminal() || t.lost) {
 		mirrored = true
