@@ -340,30 +340,74 @@ func readString(path string) string {
 // of them (a tenth of a supervisor server's CPU time, with the rest of
 // the os.File's upkeep, in the e2e bench's profile).
 func writeCtl(path, value string) error {
-	fd, err := retryEINTR(func() (int, error) { return syscall.Open(path, syscall.O_WRONLY|syscall.O_CLOEXEC, 0) })
+	fd, err := openCtl(path, true)
 	if err != nil {
-		return &fs.PathError{Op: "open", Path: path, Err: err}
+		return err
 	}
 	defer syscall.Close(fd)
+	return writeFd(fd, path, value)
+}
+
+func readCtl(path string) (string, error) {
+	fd, err := openCtl(path, false)
+	if err != nil {
+		return "", err
+	}
+	defer syscall.Close(fd)
+	return readFd(fd, path)
+}
+
+// openCtl opens the control file at path, for writing or for reading.
+func openCtl(path string, write bool) (int, error) {
+	mode := syscall.O_RDONLY
+	if write {
+		mode = syscall.O_WRONLY
+	}
+	fd, err := retryEINTR(func() (int, error) { return syscall.Open(path, mode|syscall.O_CLOEXEC, 0) })
+	if err != nil {
+		return 0, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return fd, nil
+}
+
+// writeFd writes value to the control file open as fd, from its start
+// (a descriptor kept open, ctlFiles, is written again and again).
+func writeFd(fd int, path, value string) error {
 	b := []byte(value)
-	for len(b) > 0 {
-		n, err := retryEINTR(func() (int, error) { return syscall.Write(fd, b) })
+	for off := 0; off < len(b); {
+		n, err := retryEINTR(func() (int, error) { return syscall.Pwrite(fd, b[off:], int64(off)) })
 		if err == nil && n == 0 {
 			err = io.ErrShortWrite
 		}
 		if err != nil {
 			return &fs.PathError{Op: "write", Path: path, Err: err}
 		}
-		b = b[n:]
+		off += n
 	}
 	return nil
+}
+
+// readFd reads the whole of the control file open as fd, from its start.
+func readFd(fd int, path string) (string, error) {
+	var out []byte
+	buf := make([]byte, 512)
+	for {
+		n, err := retryEINTR(func() (int, error) { return syscall.Pread(fd, buf, int64(len(out))) })
+		if err != nil {
+			return "", &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
+			return string(out), nil
+		}
+		out = append(out, buf[:n]...)
+	}
 }
 
 // read reads d's control file, through d.files when d has them (and the
 // file is no process list).
 func (d CgroupDir) read(file string) (string, error) {
 	if fd, ok := d.files.open(d.Path, file, false); ok {
-		return preadCtl(fd, filepath.Join(d.Path, file))
+		return readFd(fd, filepath.Join(d.Path, file))
 	}
 	return readCtl(filepath.Join(d.Path, file))
 }
@@ -372,15 +416,7 @@ func (d CgroupDir) read(file string) (string, error) {
 // them.
 func (d CgroupDir) write(file, value string) error {
 	if fd, ok := d.files.open(d.Path, file, true); ok {
-		path := filepath.Join(d.Path, file)
-		n, err := retryEINTR(func() (int, error) { return syscall.Pwrite(fd, []byte(value), 0) })
-		if err == nil && n < len(value) {
-			err = io.ErrShortWrite
-		}
-		if err != nil {
-			return &fs.PathError{Op: "write", Path: path, Err: err}
-		}
-		return nil
+		return writeFd(fd, filepath.Join(d.Path, file), value)
 	}
 	return writeCtl(filepath.Join(d.Path, file), value)
 }
@@ -401,13 +437,7 @@ func (f *ctlFiles) open(dir, file string, write bool) (int, bool) {
 	if fd, ok := f.fds[k]; ok {
 		return fd, true
 	}
-	mode := syscall.O_RDONLY
-	if write {
-		mode = syscall.O_WRONLY
-	}
-	fd, err := retryEINTR(func() (int, error) {
-		return syscall.Open(filepath.Join(dir, file), mode|syscall.O_CLOEXEC, 0)
-	})
+	fd, err := openCtl(filepath.Join(dir, file), write)
 	if err != nil {
 		return 0, false
 	}
@@ -446,42 +476,6 @@ func (s CgroupSet) keepFiles() {
 		if !s[i].V2 && s[i].files == nil {
 			s[i].files = &ctlFiles{}
 		}
-	}
-}
-
-// preadCtl reads the whole of an open control file from its start.
-func preadCtl(fd int, path string) (string, error) {
-	var out []byte
-	buf := make([]byte, 512)
-	for {
-		n, err := retryEINTR(func() (int, error) { return syscall.Pread(fd, buf, int64(len(out))) })
-		if err != nil {
-			return "", &fs.PathError{Op: "read", Path: path, Err: err}
-		}
-		if n == 0 {
-			return string(out), nil
-		}
-		out = append(out, buf[:n]...)
-	}
-}
-
-func readCtl(path string) (string, error) {
-	fd, err := retryEINTR(func() (int, error) { return syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0) })
-	if err != nil {
-		return "", &fs.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer syscall.Close(fd)
-	var out []byte
-	buf := make([]byte, 512)
-	for {
-		n, err := retryEINTR(func() (int, error) { return syscall.Read(fd, buf) })
-		if err != nil {
-			return "", &fs.PathError{Op: "read", Path: path, Err: err}
-		}
-		if n == 0 {
-			return string(out), nil
-		}
-		out = append(out, buf[:n]...)
 	}
 }
 
