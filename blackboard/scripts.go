@@ -176,9 +176,12 @@ func (s *Store) supersede(ctx context.Context, now time.Time, oldID string, it p
 
 // update runs update.lua with field/value pairs and returns how many fields
 // changed.
-func (s *Store) update(ctx context.Context, now time.Time, id string, expect Status, ev *Event, pairs []any) (int64, error) {
+func (s *Store) update(ctx context.Context, now time.Time, id string, expect Status, ev *Event, unlist string, pairs []any) (int64, error) {
 	keys := append([]string{s.keys.Entry(id), s.keys.Expiry(), s.keys.Events()}, s.keys.prios()...)
 	keys = append(keys, s.keys.Retire())
+	if unlist != "" {
+		keys = append(keys, unlist)
+	}
 	args := append(s.head(now), id, string(expect), s.retentionArg())
 	if ev != nil {
 		args = append(args, ev.Type, ev.ID, ev.Source, formatFloat(ev.Timestamp), string(ev.Payload))

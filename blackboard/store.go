@@ -332,6 +332,11 @@ type Update struct {
 	Priority   *Priority
 	Tags       *[]string
 	Metadata   *map[string]any
+	// Unlist, when set, is a sorted set of this board that the entry's id
+	// leaves in the same atomic step, when the update applies: a caller's
+	// list of entries it still owes an update (the job store's ends not
+	// yet mirrored, Keys.JobsUnmirrored).
+	Unlist string
 }
 
 // pairs validates u and encodes it as update.lua's field/value pairs.
@@ -420,7 +425,10 @@ func (s *Store) applyUpdate(ctx context.Context, op, id string, expect Status, u
 	if err != nil {
 		return fmt.Errorf("blackboard: %s %s: %w", op, id, err)
 	}
-	if _, err := s.update(ctx, s.clock.Now(), id, expect, ev, pairs); err != nil {
+	if u.Unlist != "" && !s.keys.owns(u.Unlist) {
+		return fmt.Errorf("blackboard: %s %s: %w: unlist key %q is not this board's", op, id, ErrInvalid, u.Unlist)
+	}
+	if _, err := s.update(ctx, s.clock.Now(), id, expect, ev, u.Unlist, pairs); err != nil {
 		return fmt.Errorf("blackboard: %s %s: %w", op, id, err)
 	}
 	return nil

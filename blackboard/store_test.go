@@ -579,6 +579,51 @@ func TestUpdateEmit(t *testing.T) {
 	}
 }
 
+// TestUpdateUnlist: an update with Unlist takes the entry's id off that
+// sorted set in its own step, only when it applies; a set of another
+// board is refused.
+func TestUpdateUnlist(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	v := newEnv(t, Config{})
+	id := v.post(t, mk("t", withData(`{"v":1}`)))
+	list := v.k.JobsUnmirrored()
+	other := hexID(6)
+	if err := v.rdb.ZAdd(ctx, list, redis.Z{Score: 1, Member: id}, redis.Z{Score: 2, Member: other}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	members := func() []string {
+		t.Helper()
+		m, err := v.rdb.ZRange(ctx, list, 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	data := json.RawMessage(`{"v":2}`)
+	// Refused, so nothing is taken off: a status conflict, another
+	// board's set.
+	if err := v.s.UpdateIf(ctx, id, StatusConsumed, Update{Data: &data, Unlist: list}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("UpdateIf on an active entry = %v, want ErrConflict", err)
+	}
+	if err := v.s.Update(ctx, id, Update{Data: &data, Unlist: "elsewhere:jobs:unmirrored"}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Update with another board's set = %v, want ErrInvalid", err)
+	}
+	if diff := cmp.Diff([]string{id, other}, members()); diff != "" {
+		t.Fatalf("listed after refused updates (-want +got):\n%s", diff)
+	}
+	if err := v.s.UpdateEmit(ctx, id, Update{Data: &data, Unlist: list},
+		Event{Type: "compute.job.finished", Source: "compute", Payload: json.RawMessage(`{"job":"x"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{other}, members()); diff != "" {
+		t.Errorf("listed after the update (-want +got):\n%s", diff)
+	}
+	if h := v.hash(t, id); h["data"] != `{"v":2}` {
+		t.Errorf("entry after the update: %v", h)
+	}
+}
+
 func TestUpdateIf(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

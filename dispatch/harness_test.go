@@ -77,7 +77,8 @@ type fakeStore struct {
 	saves      int               // SaveEngineState calls
 	savesFence int               // SaveEngineState calls made while fenced
 	listErr    error
-	wholeReads int // records asked of GetMany
+	wholeReads int             // records asked of GetMany
+	repairs    []time.Duration // RepairMirrors calls, by grace
 }
 
 func newFakeStore(t testing.TB, clk clock.Clock) *fakeStore {
@@ -252,6 +253,22 @@ func (s *fakeStore) SaveEngineState(_ context.Context, name string, b []byte) er
 	}
 	s.state[name] = slices.Clone(b)
 	return nil
+}
+
+// RepairMirrors records the call: the fake's transitions mirror nothing,
+// so there is never anything to repair (jobs.TestLostMirrorRepaired
+// tests the repair itself against Redis).
+func (s *fakeStore) RepairMirrors(_ context.Context, grace time.Duration) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.repairs = append(s.repairs, grace)
+	return 0, nil
+}
+
+func (s *fakeStore) repairCalls() []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.repairs)
 }
 
 func (s *fakeStore) LoadEngineState(_ context.Context, name string) ([]byte, error) {

@@ -46,6 +46,7 @@ func (s *Scheduler) Recover(ctx context.Context) error {
 	}
 	s.lastNodes = s.cfg.Clock.Now()
 	s.lastRescan = s.lastNodes
+	s.repairMirrors(ctx)
 	if err := s.adopt(ctx); err != nil {
 		return err
 	}
@@ -68,8 +69,32 @@ func (s *Scheduler) Recover(ctx context.Context) error {
 	return nil
 }
 
-// rescan re-reads the active jobs and adopts what reports missed.
-func (s *Scheduler) rescan(ctx context.Context) error { return s.adopt(ctx) }
+// rescan re-reads the active jobs and adopts what reports missed, and
+// mirrors the ends whose writer did not (repairMirrors).
+func (s *Scheduler) rescan(ctx context.Context) error {
+	s.repairMirrors(ctx)
+	return s.adopt(ctx)
+}
+
+// mirrorGrace is how old a job's end must be before the scheduler mirrors
+// it onto the job entry in its writer's place: the writer's own mirror
+// follows the end within milliseconds, unless the writer died.
+const mirrorGrace = 10 * time.Second
+
+// repairMirrors mirrors the job ends older than mirrorGrace whose writer
+// (a node agent, or a scheduler before this one) died between the record's
+// change and its mirror: without it their job entries would say, for
+// good, that the jobs still run, and no compute.job.finished would come.
+// A failure is logged; the next rescan tries again.
+func (s *Scheduler) repairMirrors(ctx context.Context) {
+	n, err := s.jobs.RepairMirrors(ctx, mirrorGrace)
+	if n > 0 {
+		s.log.Warn("mirrored job ends onto their entries in their writers' place", "jobs", n)
+	}
+	if err != nil && ctx.Err() == nil {
+		s.log.Warn("repair job entries", "err", err)
+	}
+}
 
 // adopt settles the scheduler's view on the active job records. It reads
 // the state of each (jobs.Store.ActiveStates) and whole records only for

@@ -1053,6 +1053,34 @@ func TestRescanAdoptsMissedReports(t *testing.T) {
 	}
 }
 
+// TestRescanRepairsMirrors: the scheduler mirrors lost job ends (a writer
+// killed between a record's end and its mirror) when its term begins and
+// on each rescan, with mirrorGrace for the writers' own mirrors, and not
+// on every cycle.
+func TestRescanRepairsMirrors(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Rescan = 10 * time.Second })
+	if got := h.store.repairCalls(); len(got) != 0 {
+		t.Fatalf("repairs before the term began: %v", got)
+	}
+	if err := h.s.Recover(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.store.repairCalls(); !slices.Equal(got, []time.Duration{mirrorGrace}) {
+		t.Fatalf("repairs when the term began: %v; want one, grace %v", got, mirrorGrace)
+	}
+	h.mustCycle()
+	h.clk.Advance(5 * time.Second)
+	h.mustCycle()
+	if got := len(h.store.repairCalls()); got != 1 {
+		t.Fatalf("%d repairs before the rescan; want 1", got)
+	}
+	h.clk.Advance(6 * time.Second)
+	h.mustCycle()
+	if got := len(h.store.repairCalls()); got != 2 {
+		t.Fatalf("%d repairs after the rescan; want 2", got)
+	}
+}
+
 // TestRescanReadsOnlyWhatChanged: the periodic rescan reads each active
 // record's state, and the whole record only of a job whose state differs
 // from the scheduler's view. It read every whole record before, request

@@ -29,6 +29,9 @@ type JobStore interface {
 	GetMany(ctx context.Context, ids []string) ([]jobs.Job, error)
 	SaveEngineState(ctx context.Context, name string, b []byte) error
 	LoadEngineState(ctx context.Context, name string) ([]byte, error)
+	// RepairMirrors mirrors the job ends older than grace whose writer
+	// died before it mirrored them onto their job entries.
+	RepairMirrors(ctx context.Context, grace time.Duration) (int, error)
 }
 
 // Nodes is the registry: the nodes, and Redis's time when they were read

@@ -73,21 +73,26 @@ func (s *Store) PostJobEntry(ctx context.Context, jd wire.JobData) (created bool
 // updateJobEntry rewrites the job entry's data and metadata from jd,
 // posting it again if it is gone (evicted).
 func (s *Store) updateJobEntry(ctx context.Context, jd wire.JobData) error {
-	_, err := s.mirrorJob(ctx, jd, false)
+	_, err := s.mirrorJob(ctx, jd, false, false)
 	return err
 }
 
 // mirrorJob is updateJobEntry, and with finish it also raises a terminal
 // jd's compute.job.finished (EmitFinished), in the entry's update step
 // when the entry is there (blackboard.Store.UpdateEmit: one round trip,
-// and the event is never seen before the entry says how the job ended).
-// It reports whether it raised the event.
-func (s *Store) mirrorJob(ctx context.Context, jd wire.JobData, finish bool) (finished bool, err error) {
+// and the event is never seen before the entry says how the job ended);
+// with unlist that step also takes the job off P:jobs:unmirrored. It
+// reports whether it did both in that step (done); when it did not, the
+// entry was gone and is posted again, with neither.
+func (s *Store) mirrorJob(ctx context.Context, jd wire.JobData, finish, unlist bool) (done bool, err error) {
 	e, err := jobEntry(jd)
 	if err != nil {
 		return false, err
 	}
 	u := blackboard.Update{Data: &e.Data, Metadata: &e.Metadata}
+	if unlist {
+		u.Unlist = s.keys.JobsUnmirrored()
+	}
 	finish = finish && jd.Status.Terminal()
 	var ev blackboard.Event
 	if finish {
@@ -101,9 +106,9 @@ func (s *Store) mirrorJob(ctx context.Context, jd wire.JobData, finish bool) (fi
 	}
 	if errors.Is(err, blackboard.ErrNotFound) {
 		_, err = s.board.PostIfAbsent(ctx, e)
-		finish = false
+		return false, err
 	}
-	return finish && err == nil, err
+	return err == nil, err
 }
 
 // jobEntry builds the compute.job entry for jd.
@@ -173,21 +178,37 @@ func (s *Store) putDuplicateEntry(ctx context.Context, spec AcceptSpec, j Job) e
 // mirrorAll writes jd, the job of record h, onto its job entry and its
 // duplicates' entries, and raises a terminal jd's compute.job.finished
 // after them: with the job's own entry, in its step, unless duplicates'
-// entries are to follow it first. Only the job entry's failure is
-// returned (nothing after it is done then); the others are logged.
+// entries are to follow it first. A terminal jd then leaves
+// P:jobs:unmirrored (transition.lua listed it): in that same step, or
+// last, once the event is raised. Only the job entry's failure is
+// returned (nothing after it is done then); the others are logged, and a
+// failed event keeps the job listed, for RepairMirrors.
 func (s *Store) mirrorAll(ctx context.Context, jd wire.JobData, h map[string]string) error {
 	dups := hasDuplicates(h)
-	finished, err := s.mirrorJob(ctx, jd, !dups)
+	ended := jd.Status.Terminal()
+	done, err := s.mirrorJob(ctx, jd, !dups, ended && !dups)
 	if err != nil {
 		return err
 	}
 	if dups {
 		s.mirrorDuplicates(ctx, jd, h)
 	}
-	if !finished {
-		s.EmitFinished(ctx, jd)
+	if done && !dups {
+		return nil
+	}
+	if err := s.emitFinished(ctx, jd); err == nil && ended {
+		s.unlist(ctx, jd.JobID)
 	}
 	return nil
+}
+
+// unlist takes an ended job off P:jobs:unmirrored where the mirror's own
+// step could not. A failure leaves the job to RepairMirrors, which
+// mirrors it again (a second compute.job.finished, which readers allow).
+func (s *Store) unlist(ctx context.Context, jobID string) {
+	if err := s.rdb.ZRem(ctx, s.keys.JobsUnmirrored(), jobID).Err(); err != nil {
+		s.log.Warn("mirrored job end still listed for repair", "job", jobID, "err", err)
+	}
 }
 
 // hasDuplicates reports whether record h lists a duplicate request.

@@ -30,9 +30,12 @@ type JobFinishedEvent struct {
 // otherwise). Transition calls it; a request that ends before it has a
 // record (rejected, expired, cancelled) gets it from whoever ends it. The
 // job has ended already: a failure to emit is logged, not returned.
-func (s *Store) EmitFinished(ctx context.Context, jd wire.JobData) {
+func (s *Store) EmitFinished(ctx context.Context, jd wire.JobData) { _ = s.emitFinished(ctx, jd) }
+
+// emitFinished is EmitFinished, and returns the failure it logs.
+func (s *Store) emitFinished(ctx context.Context, jd wire.JobData) error {
 	if !jd.Status.Terminal() {
-		return
+		return nil
 	}
 	ev, err := finishedEvent(jd)
 	if err == nil {
@@ -41,6 +44,7 @@ func (s *Store) EmitFinished(ctx context.Context, jd wire.JobData) {
 	if err != nil {
 		s.log.Warn("job finished, event not emitted", "job", jd.JobID, "status", jd.Status, "err", err)
 	}
+	return err
 }
 
 // finishedEvent is EventJobFinished for a terminal jd.

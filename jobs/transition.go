@@ -106,7 +106,7 @@ func (s *Store) Change(ctx context.Context, jobID string, from, to wire.JobStatu
 	// The script builds the request entry's and the idempotency key's names
 	// from the record (same board, same hash slot): a start checks the
 	// request was not withdrawn, an end sets the retention of both.
-	keys := append([]string{s.keys.Job(jobID), s.keys.JobsActive(), s.keys.Entry(""), s.keys.JobIdemPrefix()}, fkeys...)
+	keys := append([]string{s.keys.Job(jobID), s.keys.JobsActive(), s.keys.Entry(""), s.keys.JobIdemPrefix(), s.keys.JobsUnmirrored()}, fkeys...)
 	keep := "-1"
 	if s.cfg.Retention >= 0 {
 		keep = strconv.FormatInt(s.cfg.Retention.Milliseconds(), 10)

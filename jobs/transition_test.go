@@ -669,3 +669,129 @@ func TestChangeMirrorsLater(t *testing.T) {
 		t.Fatalf("compute.job.finished after the mirror: %v, %v", ev, ok)
 	}
 }
+
+// TestLostMirrorRepaired: an adapter that dies between a job's end (the
+// record's compare-and-set) and its mirror left the job entry saying the
+// job still runs, and compute.job.finished unraised, for good: a module
+// waiting on its job as wire-format.md §5 says waited forever. Such an
+// end is now listed until its mirror is done, and RepairMirrors does a
+// mirror that was lost, once the end is older than its grace.
+func TestLostMirrorRepaired(t *testing.T) {
+	bd := newBoard(t)
+	s := bd.jobs
+	ctx := t.Context()
+	const grace = 10 * time.Second
+	repair := func(want int) {
+		t.Helper()
+		n, err := s.RepairMirrors(ctx, grace)
+		if err != nil || n != want {
+			t.Fatalf("RepairMirrors: %d, %v; want %d", n, err, want)
+		}
+	}
+
+	// An end whose mirror was lost (the adapter was killed after the
+	// compare-and-set).
+	lost := bd.post(t, "m", okData)
+	lj, _ := bd.accept(t, s, lost)
+	if _, err := s.Transition(ctx, lj.JobID, wire.JobQueued, wire.JobRunning, Update{Node: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	code := 0
+	if _, _, err := s.Change(ctx, lj.JobID, wire.JobRunning, wire.JobSucceeded, Update{ExitCode: &code}); err != nil {
+		t.Fatal(err)
+	}
+	// An end mirrored as usual, and a cancelled start (a withdrawn
+	// request: mirrored within the step): nothing to repair.
+	done := bd.post(t, "m", okData)
+	dj, _ := bd.accept(t, s, done)
+	if _, err := s.Transition(ctx, dj.JobID, wire.JobQueued, wire.JobCancelled, Update{}); err != nil {
+		t.Fatal(err)
+	}
+	wd := bd.post(t, "m", okData)
+	wj, _ := bd.accept(t, s, wd)
+	if err := bd.store.Retract(ctx, wd.EntryID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Transition(ctx, wj.JobID, wire.JobQueued, wire.JobRunning, Update{Node: "n1"}); !errors.Is(err, ErrWithdrawn) {
+		t.Fatalf("start of a withdrawn request: %v; want ErrWithdrawn", err)
+	}
+
+	// A job with a duplicate request (the same idempotency key): its end
+	// is mirrored onto both entries and the event raised after them, and
+	// then it is unlisted too.
+	orig := bd.post(t, "m", `{"command":["x"],"idempotency_key":"k"}`)
+	oj, _ := bd.accept(t, s, orig)
+	dup := bd.post(t, "m", `{"command":["x"],"idempotency_key":"k"}`)
+	if j, created := bd.accept(t, s, dup); created || j.JobID != oj.JobID {
+		t.Fatalf("duplicate accepted as %s (created %v); want job %s", j.JobID, created, oj.JobID)
+	}
+	if _, err := s.Transition(ctx, oj.JobID, wire.JobQueued, wire.JobCancelled, Update{}); err != nil {
+		t.Fatal(err)
+	}
+	if jd, _ := bd.jobEntry(t, dup.EntryID); jd.Status != wire.JobCancelled {
+		t.Fatalf("duplicate's job entry after the end: %s; want cancelled", jd.Status)
+	}
+
+	repair(0) // within the grace: its own mirror may still be on its way
+	if jd, _ := bd.jobEntry(t, lost.EntryID); jd.Status != wire.JobRunning {
+		t.Fatalf("job entry before the repair: %s; want running still", jd.Status)
+	}
+	bd.clk.Advance(grace + time.Second)
+	repair(1)
+	jd, _ := bd.jobEntry(t, lost.EntryID)
+	if jd.Status != wire.JobSucceeded || jd.ExitCode == nil || *jd.ExitCode != 0 {
+		t.Fatalf("job entry after the repair: %+v; want succeeded, exit 0", jd)
+	}
+	if ev, ok := bd.finishedEvents(t)[lj.JobID]; !ok || ev["status"] != string(wire.JobSucceeded) {
+		t.Fatalf("compute.job.finished after the repair: %v, %v", ev, ok)
+	}
+	repair(0) // done once
+
+	// The same for a job with a duplicate whose end's mirror was lost:
+	// both entries get it.
+	orig2 := bd.post(t, "m", `{"command":["x"],"idempotency_key":"k2"}`)
+	oj2, _ := bd.accept(t, s, orig2)
+	dup2 := bd.post(t, "m", `{"command":["x"],"idempotency_key":"k2"}`)
+	bd.accept(t, s, dup2)
+	if _, _, err := s.Change(ctx, oj2.JobID, wire.JobQueued, wire.JobCancelled, Update{}); err != nil {
+		t.Fatal(err)
+	}
+	// A correction whose mirror was lost, of a job ended lost and
+	// mirrored.
+	corr := bd.post(t, "m", okData)
+	cj, _ := bd.accept(t, s, corr)
+	if _, err := s.Transition(ctx, cj.JobID, wire.JobQueued, wire.JobRunning, Update{Node: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Transition(ctx, cj.JobID, wire.JobRunning, wire.JobFailed, Update{
+		Error: &wire.JobError{Code: "lost", Message: "node silent"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Change(ctx, cj.JobID, wire.JobFailed, wire.JobSucceeded, Update{ExitCode: &code}); err != nil {
+		t.Fatal(err)
+	}
+	// An end whose record is gone (its retention ran out) before the
+	// repair: nothing to mirror, and it is not listed any more.
+	gone := bd.post(t, "m", okData)
+	gj, _ := bd.accept(t, s, gone)
+	if _, _, err := s.Change(ctx, gj.JobID, wire.JobQueued, wire.JobCancelled, Update{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := bd.rdb.Del(ctx, bd.keys.Job(gj.JobID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	bd.clk.Advance(grace + time.Second)
+	repair(2)
+	for _, e := range []AcceptSpec{orig2, dup2} {
+		if jd, _ := bd.jobEntry(t, e.EntryID); jd.Status != wire.JobCancelled {
+			t.Errorf("job entry of %s after the repair: %s; want cancelled", e.EntryID, jd.Status)
+		}
+	}
+	if _, ok := bd.finishedEvents(t)[oj2.JobID]; !ok {
+		t.Error("no compute.job.finished for the job with a duplicate after the repair")
+	}
+	if jd, _ := bd.jobEntry(t, corr.EntryID); jd.Status != wire.JobSucceeded || jd.Error != nil {
+		t.Fatalf("corrected job's entry after the repair: %+v; want succeeded without error", jd)
+	}
+	repair(0)
+}

@@ -9,6 +9,8 @@
 -- KEYS[3]      P:events                    STREAM
 -- KEYS[4..7]   P:prio:0 .. P:prio:3        ZSET
 -- KEYS[8]      P:retire                    ZSET
+-- KEYS[9]      (optional) a ZSET the entry's id leaves when the update
+--              applies (Update.Unlist)
 --
 -- ARGV[1] now   ARGV[2] event id prefix   ARGV[3] events MAXLEN
 -- ARGV[4] id    ARGV[5] expected status ('' = any)
@@ -70,6 +72,9 @@ for i = 12, #ARGV, 2 do
       changed = changed + 1
     end
   end
+end
+if KEYS[9] then
+  redis.call('ZREM', KEYS[9], id)
 end
 if ARGV[7] ~= '' then
   redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'event_id', ARGV[8], 'event_type', ARGV[7],

@@ -10,7 +10,9 @@
 --          hash slot)
 -- KEYS[4]  P:jobs:idem:  the prefix of the per-module idempotency keys,
 --          P:jobs:idem:<len>:<module>:<key>, built from the record
--- KEYS[5]  (fenced writers only) the fencing epoch key, P:pool:epoch
+-- KEYS[5]  P:jobs:unmirrored ZSET job_id -> when it ended: ends whose
+--          mirror onto the job entry is not done yet (Store.RepairMirrors)
+-- KEYS[6]  (fenced writers only) the fencing epoch key, P:pool:epoch
 -- ARGV[1]  job id
 -- ARGV[2]  expected status (from)
 -- ARGV[3]  new status (to)
@@ -20,12 +22,12 @@
 --          kept forever). The key expires at it, the record one second
 --          later, so a key never names a record that is gone.
 -- ARGV[7]  now, epoch seconds (updated_at of a job cancelled at its start)
--- ARGV[8]  the writer's fencing epoch (read only with KEYS[5])
+-- ARGV[8]  the writer's fencing epoch (read only with KEYS[6])
 -- ARGV[9]  the node the record must name ("": not checked)
 -- ARGV[10..] record field, value pairs to set (updated_at among them;
 --          set_fields: the SIDE_FIELDS ones beside the HASH)
 --
--- Returns {-2, current epoch} when KEYS[5] is given and does not hold
+-- Returns {-2, current epoch} when KEYS[6] is given and does not hold
 -- ARGV[8] (a deposed writer: nothing is written), {-1} when there is no
 -- such job, {0, current_status} when the status is not ARGV[2], {3,
 -- current node} when ARGV[9] is set and the record's node is another
@@ -36,7 +38,7 @@
 -- superseded, or the record's cancel_requested set): the job is cancelled
 -- instead, in this same step, so a retraction that lands before the start
 -- always wins.
-local stale = stale_fence(KEYS[5], ARGV[8])
+local stale = stale_fence(KEYS[6], ARGV[8])
 if stale then
   return { -2, stale }
 end
@@ -55,9 +57,12 @@ if ARGV[9] ~= '' then
 end
 -- retire: the job has ended; it leaves the active set, and its record (with
 -- the keys beside it: expire_record) and its idempotency key (while that
--- still names it) expire after ARGV[6].
+-- still names it) expire after ARGV[6]. It is listed in KEYS[5] until the
+-- caller has mirrored the end onto the job entry, so that an end whose
+-- writer died before its mirror still reaches the modules.
 local function retire()
   redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('ZADD', KEYS[5], ARGV[7], ARGV[1])
   local keep = tonumber(ARGV[6])
   if keep and keep >= 0 then
     local r = redis.call('HMGET', KEYS[1], 'module', 'idempotency_key')
