@@ -70,26 +70,28 @@ func (s *Scheduler) Recover(ctx context.Context) error {
 }
 
 // rescan re-reads the active jobs and adopts what reports missed, and
-// mirrors the ends whose writer did not (repairMirrors).
+// mirrors the job changes whose writer did not (repairMirrors).
 func (s *Scheduler) rescan(ctx context.Context) error {
 	s.repairMirrors(ctx)
 	return s.adopt(ctx)
 }
 
-// mirrorGrace is how old a job's end must be before the scheduler mirrors
-// it onto the job entry in its writer's place: the writer's own mirror
-// follows the end within milliseconds, unless the writer died.
+// mirrorGrace is how old a job's change must be before the scheduler
+// mirrors it onto the job entry in its writer's place: the writer's own
+// mirror follows the change within milliseconds (a start's, once the
+// provider started the task), unless the writer died.
 const mirrorGrace = 10 * time.Second
 
-// repairMirrors mirrors the job ends older than mirrorGrace whose writer
-// (a node agent, or a scheduler before this one) died between the record's
-// change and its mirror: without it their job entries would say, for
-// good, that the jobs still run, and no compute.job.finished would come.
-// A failure is logged; the next rescan tries again.
+// repairMirrors mirrors the job changes older than mirrorGrace whose
+// writer (a node agent, or a scheduler before this one) died between the
+// record's change and its mirror: without it an ended job's entry would
+// say, for good, that the job still runs, and no compute.job.finished
+// would come; a started one's would say queued until the job ends. A
+// failure is logged; the next rescan tries again.
 func (s *Scheduler) repairMirrors(ctx context.Context) {
 	n, err := s.jobs.RepairMirrors(ctx, mirrorGrace)
 	if n > 0 {
-		s.log.Warn("mirrored job ends onto their entries in their writers' place", "jobs", n)
+		s.log.Warn("mirrored job changes onto their entries in their writers' place", "jobs", n)
 	}
 	if err != nil && ctx.Err() == nil {
 		s.log.Warn("repair job entries", "err", err)

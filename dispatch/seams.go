@@ -29,7 +29,7 @@ type JobStore interface {
 	GetMany(ctx context.Context, ids []string) ([]jobs.Job, error)
 	SaveEngineState(ctx context.Context, name string, b []byte) error
 	LoadEngineState(ctx context.Context, name string) ([]byte, error)
-	// RepairMirrors mirrors the job ends older than grace whose writer
+	// RepairMirrors mirrors the job changes older than grace whose writer
 	// died before it mirrored them onto their job entries.
 	RepairMirrors(ctx context.Context, grace time.Duration) (int, error)
 }

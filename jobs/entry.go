@@ -82,8 +82,8 @@ func (s *Store) updateJobEntry(ctx context.Context, jd wire.JobData) error {
 // when the entry is there (blackboard.Store.UpdateEmit: one round trip,
 // and the event is never seen before the entry says how the job ended);
 // with unlist that step also takes the job off P:jobs:unmirrored. It
-// reports whether it did both in that step (done); when it did not, the
-// entry was gone and is posted again, with neither.
+// reports whether the update applied, with both, in that step (done);
+// when it did not, the entry was gone and is posted again, with neither.
 func (s *Store) mirrorJob(ctx context.Context, jd wire.JobData, finish, unlist bool) (done bool, err error) {
 	e, err := jobEntry(jd)
 	if err != nil {
@@ -178,15 +178,14 @@ func (s *Store) putDuplicateEntry(ctx context.Context, spec AcceptSpec, j Job) e
 // mirrorAll writes jd, the job of record h, onto its job entry and its
 // duplicates' entries, and raises a terminal jd's compute.job.finished
 // after them: with the job's own entry, in its step, unless duplicates'
-// entries are to follow it first. A terminal jd then leaves
-// P:jobs:unmirrored (transition.lua listed it): in that same step, or
+// entries are to follow it first. The job then leaves P:jobs:unmirrored
+// (transition.lua listed it with its change): in that same step, or
 // last, once the event is raised. Only the job entry's failure is
 // returned (nothing after it is done then); the others are logged, and a
 // failed event keeps the job listed, for RepairMirrors.
 func (s *Store) mirrorAll(ctx context.Context, jd wire.JobData, h map[string]string) error {
 	dups := hasDuplicates(h)
-	ended := jd.Status.Terminal()
-	done, err := s.mirrorJob(ctx, jd, !dups, ended && !dups)
+	done, err := s.mirrorJob(ctx, jd, !dups, !dups)
 	if err != nil {
 		return err
 	}
@@ -196,15 +195,15 @@ func (s *Store) mirrorAll(ctx context.Context, jd wire.JobData, h map[string]str
 	if done && !dups {
 		return nil
 	}
-	if err := s.emitFinished(ctx, jd); err == nil && ended {
+	if err := s.emitFinished(ctx, jd); err == nil {
 		s.unlist(ctx, jd.JobID)
 	}
 	return nil
 }
 
-// unlist takes an ended job off P:jobs:unmirrored where the mirror's own
-// step could not. A failure leaves the job to RepairMirrors, which
-// mirrors it again (a second compute.job.finished, which readers allow).
+// unlist takes a job off P:jobs:unmirrored where the mirror's own step
+// could not. A failure leaves the job to RepairMirrors, which mirrors it
+// again (for an end, a second compute.job.finished, which readers allow).
 func (s *Store) unlist(ctx context.Context, jobID string) {
 	if err := s.rdb.ZRem(ctx, s.keys.JobsUnmirrored(), jobID).Err(); err != nil {
 		s.log.Warn("mirrored job end still listed for repair", "job", jobID, "err", err)

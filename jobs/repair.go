@@ -12,19 +12,19 @@ import (
 // repairBatch is how many listed ends RepairMirrors reads at a time.
 const repairBatch = 256
 
-// RepairMirrors mirrors the ends whose writer did not (Change's mirror
-// lost to a crash or a failed round trip): each job listed in
+// RepairMirrors mirrors the job changes whose writer did not (Change's
+// mirror lost to a crash or a failed round trip): each job listed in
 // P:jobs:unmirrored at least grace ago has its record written onto its
-// job entry and its duplicates' entries, with compute.job.finished, and
-// is taken off the list. A job whose record is gone (its retention ran
-// out) or is no longer ended is taken off with nothing written. grace
-// leaves a writer's own mirror, which normally follows its end within
-// milliseconds, time to land: a repair racing it only writes the same
-// end twice (and raises the event twice, which readers allow). A record
-// that changes while it is mirrored (a correction, listed anew, which the
-// repair's mirror takes off the list) is mirrored again, so that the
-// entry never stays at the older end. It returns how many ends it
-// mirrored.
+// job entry and its duplicates' entries, with compute.job.finished when
+// it has ended, and is taken off the list. A job whose record is gone
+// (its retention ran out) is taken off with nothing written. grace
+// leaves a writer's own mirror, which normally follows its change within
+// milliseconds (a start's, once the provider started the task), time to
+// land: a repair racing it only writes the same record twice (for an end,
+// raising the event twice, which readers allow). A record that changes
+// while it is mirrored (listed anew, which the repair's mirror takes off
+// the list) is mirrored again, so that the entry never stays at the
+// older record. It returns how many jobs it mirrored.
 func (s *Store) RepairMirrors(ctx context.Context, grace time.Duration) (int, error) {
 	cutoff := formatFloat(s.now() - grace.Seconds())
 	repaired := 0
@@ -55,9 +55,9 @@ func (s *Store) RepairMirrors(ctx context.Context, grace time.Duration) (int, er
 	}
 }
 
-// repairMirror mirrors job id's record if it is ended, until the record
-// read before the mirror is still the record after it (at most a few
-// times). It reports whether it mirrored.
+// repairMirror mirrors job id's record, until the record read before the
+// mirror is still the record after it (at most a few times). It reports
+// whether it mirrored: not when the record is gone.
 func (s *Store) repairMirror(ctx context.Context, id string) (bool, error) {
 	for range 3 {
 		var r recordCmds
@@ -78,15 +78,12 @@ func (s *Store) repairMirror(ctx context.Context, id string) (bool, error) {
 		if err != nil {
 			return false, fmt.Errorf("jobs: repair mirror %s: %w", id, err)
 		}
-		if !j.Status.Terminal() {
-			return false, nil
-		}
 		if err := s.mirrorAll(ctx, j.JobData, h); err != nil {
 			return false, fmt.Errorf("jobs: repair mirror %s: %w", id, err)
 		}
 		v, err := s.rdb.HGet(ctx, s.keys.Job(id), "version").Int64()
 		if errors.Is(err, redis.Nil) || err == nil && v == j.Version {
-			s.log.Info("mirrored a job end its writer had not", "job", id, "status", j.Status)
+			s.log.Info("mirrored a job change its writer had not", "job", id, "status", j.Status)
 			return true, nil
 		}
 		if err != nil {

@@ -673,9 +673,10 @@ func TestChangeMirrorsLater(t *testing.T) {
 // TestLostMirrorRepaired: an adapter that dies between a job's end (the
 // record's compare-and-set) and its mirror left the job entry saying the
 // job still runs, and compute.job.finished unraised, for good: a module
-// waiting on its job as wire-format.md §5 says waited forever. Such an
-// end is now listed until its mirror is done, and RepairMirrors does a
-// mirror that was lost, once the end is older than its grace.
+// waiting on its job as wire-format.md §5 says waited forever. A start's
+// lost mirror left the entry queued while the job ran. Every change is
+// now listed until its mirror is done, and RepairMirrors does a mirror
+// that was lost, once the change is older than its grace.
 func TestLostMirrorRepaired(t *testing.T) {
 	bd := newBoard(t)
 	s := bd.jobs
@@ -700,11 +701,23 @@ func TestLostMirrorRepaired(t *testing.T) {
 	if _, _, err := s.Change(ctx, lj.JobID, wire.JobRunning, wire.JobSucceeded, Update{ExitCode: &code}); err != nil {
 		t.Fatal(err)
 	}
-	// An end mirrored as usual, and a cancelled start (a withdrawn
-	// request: mirrored within the step): nothing to repair.
+	// A start whose mirror was lost.
+	started := bd.post(t, "m", okData)
+	sj, _ := bd.accept(t, s, started)
+	if _, _, err := s.Change(ctx, sj.JobID, wire.JobQueued, wire.JobRunning, Update{Node: "n2"}); err != nil {
+		t.Fatal(err)
+	}
+	// An end mirrored as usual, an explanation (queued → queued), and a
+	// cancelled start (a withdrawn request: mirrored within the step):
+	// nothing to repair.
 	done := bd.post(t, "m", okData)
 	dj, _ := bd.accept(t, s, done)
 	if _, err := s.Transition(ctx, dj.JobID, wire.JobQueued, wire.JobCancelled, Update{}); err != nil {
+		t.Fatal(err)
+	}
+	ex := bd.post(t, "m", okData)
+	ej, _ := bd.accept(t, s, ex)
+	if _, err := s.Transition(ctx, ej.JobID, wire.JobQueued, wire.JobQueued, Update{Explanation: json.RawMessage(`{"reason":"waiting"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	wd := bd.post(t, "m", okData)
@@ -737,7 +750,13 @@ func TestLostMirrorRepaired(t *testing.T) {
 		t.Fatalf("job entry before the repair: %s; want running still", jd.Status)
 	}
 	bd.clk.Advance(grace + time.Second)
-	repair(1)
+	repair(2)
+	if jd, _ := bd.jobEntry(t, started.EntryID); jd.Status != wire.JobRunning || jd.Node != "n2" {
+		t.Fatalf("started job's entry after the repair: %+v; want running on n2", jd)
+	}
+	if _, ok := bd.finishedEvents(t)[sj.JobID]; ok {
+		t.Fatal("compute.job.finished raised for a job that runs")
+	}
 	jd, _ := bd.jobEntry(t, lost.EntryID)
 	if jd.Status != wire.JobSucceeded || jd.ExitCode == nil || *jd.ExitCode != 0 {
 		t.Fatalf("job entry after the repair: %+v; want succeeded, exit 0", jd)

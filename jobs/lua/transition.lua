@@ -10,8 +10,9 @@
 --          hash slot)
 -- KEYS[4]  P:jobs:idem:  the prefix of the per-module idempotency keys,
 --          P:jobs:idem:<len>:<module>:<key>, built from the record
--- KEYS[5]  P:jobs:unmirrored ZSET job_id -> when it ended: ends whose
---          mirror onto the job entry is not done yet (Store.RepairMirrors)
+-- KEYS[5]  P:jobs:unmirrored ZSET job_id -> when it last changed: jobs whose
+--          change is not yet mirrored onto their job entry
+--          (Store.RepairMirrors)
 -- KEYS[6]  (fenced writers only) the fencing epoch key, P:pool:epoch
 -- ARGV[1]  job id
 -- ARGV[2]  expected status (from)
@@ -57,12 +58,9 @@ if ARGV[9] ~= '' then
 end
 -- retire: the job has ended; it leaves the active set, and its record (with
 -- the keys beside it: expire_record) and its idempotency key (while that
--- still names it) expire after ARGV[6]. It is listed in KEYS[5] until the
--- caller has mirrored the end onto the job entry, so that an end whose
--- writer died before its mirror still reaches the modules.
+-- still names it) expire after ARGV[6].
 local function retire()
   redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('ZADD', KEYS[5], ARGV[7], ARGV[1])
   local keep = tonumber(ARGV[6])
   if keep and keep >= 0 then
     local r = redis.call('HMGET', KEYS[1], 'module', 'idempotency_key')
@@ -75,6 +73,12 @@ local function retire()
     expire_record(KEYS[1], keep + 1000)
   end
 end
+-- listed: the job is listed in KEYS[5] until its caller has mirrored the
+-- change onto the job entry (which takes it off), so that a change whose
+-- writer died before its mirror still reaches the modules.
+local function listed()
+  redis.call('ZADD', KEYS[5], ARGV[7], ARGV[1])
+end
 if ARGV[2] == 'queued' and ARGV[3] == 'running' then
   local r = redis.call('HMGET', KEYS[1], 'request_entry_id', 'cancel_requested')
   local st = false
@@ -86,6 +90,7 @@ if ARGV[2] == 'queued' and ARGV[3] == 'running' then
       'error', '{"code":"cancelled","message":"request retracted before it started"}')
     redis.call('HINCRBY', KEYS[1], 'version', 1)
     retire()
+    listed()
     return { 2, unpack(read_record(KEYS[1])) }
   end
 end
@@ -102,4 +107,5 @@ end
 if ARGV[4] == '1' then
   retire()
 end
+listed()
 return { 1, unpack(read_record(KEYS[1])) }
