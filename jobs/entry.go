@@ -206,7 +206,7 @@ func (s *Store) mirrorAll(ctx context.Context, jd wire.JobData, h map[string]str
 // again (for an end, a second compute.job.finished, which readers allow).
 func (s *Store) unlist(ctx context.Context, jobID string) {
 	if err := s.rdb.ZRem(ctx, s.keys.JobsUnmirrored(), jobID).Err(); err != nil {
-		s.log.Warn("mirrored job end still listed for repair", "job", jobID, "err", err)
+		s.log.Warn("mirrored job change still listed for repair", "job", jobID, "err", err)
 	}
 }
 

@@ -9,8 +9,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// repairBatch is how many listed ends RepairMirrors reads at a time.
-const repairBatch = 256
+// repairBatch is how many listed jobs RepairMirrors reads at a time, and
+// repairBatches how many batches one call takes at most (the rest wait for
+// the next call).
+const (
+	repairBatch   = 256
+	repairBatches = 16
+)
 
 // RepairMirrors mirrors the job changes whose writer did not (Change's
 // mirror lost to a crash or a failed round trip): each job listed in
@@ -24,11 +29,13 @@ const repairBatch = 256
 // raising the event twice, which readers allow). A record that changes
 // while it is mirrored (listed anew, which the repair's mirror takes off
 // the list) is mirrored again, so that the entry never stays at the
-// older record. It returns how many jobs it mirrored.
+// older record. A record that cannot be decoded is taken off with a
+// warning: no mirror can come of it. It returns how many jobs it
+// mirrored.
 func (s *Store) RepairMirrors(ctx context.Context, grace time.Duration) (int, error) {
 	cutoff := formatFloat(s.now() - grace.Seconds())
 	repaired := 0
-	for {
+	for range repairBatches {
 		zs, err := s.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: s.keys.JobsUnmirrored(),
 			Start: "-inf", Stop: cutoff, ByScore: true, Count: repairBatch}).Result()
 		if err != nil {
@@ -53,11 +60,12 @@ func (s *Store) RepairMirrors(ctx context.Context, grace time.Duration) (int, er
 			return repaired, errors.Join(errs...)
 		}
 	}
+	return repaired, nil
 }
 
 // repairMirror mirrors job id's record, until the record read before the
 // mirror is still the record after it (at most a few times). It reports
-// whether it mirrored: not when the record is gone.
+// whether it mirrored: not when the record is gone or unreadable.
 func (s *Store) repairMirror(ctx context.Context, id string) (bool, error) {
 	for range 3 {
 		var r recordCmds
@@ -76,7 +84,8 @@ func (s *Store) repairMirror(ctx context.Context, id string) (bool, error) {
 		}
 		j, err := decodeRecord(h)
 		if err != nil {
-			return false, fmt.Errorf("jobs: repair mirror %s: %w", id, err)
+			s.log.Warn("job record unreadable; its job entry cannot be repaired", "job", id, "err", err)
+			return false, nil
 		}
 		if err := s.mirrorAll(ctx, j.JobData, h); err != nil {
 			return false, fmt.Errorf("jobs: repair mirror %s: %w", id, err)
