@@ -182,20 +182,22 @@ func (s *Store) putDuplicateEntry(ctx context.Context, spec AcceptSpec, j Job) e
 // (transition.lua listed it with its change): in that same step, or
 // last, once the event is raised. Only the job entry's failure is
 // returned (nothing after it is done then); the others are logged, and a
-// failed event keeps the job listed, for RepairMirrors.
+// failed duplicate's entry or event keeps the job listed, for
+// RepairMirrors.
 func (s *Store) mirrorAll(ctx context.Context, jd wire.JobData, h map[string]string) error {
 	dups := hasDuplicates(h)
 	done, err := s.mirrorJob(ctx, jd, !dups, !dups)
 	if err != nil {
 		return err
 	}
+	all := true
 	if dups {
-		s.mirrorDuplicates(ctx, jd, h)
+		all = s.mirrorDuplicates(ctx, jd, h)
 	}
 	if done && !dups {
 		return nil
 	}
-	if err := s.emitFinished(ctx, jd); err == nil {
+	if err := s.emitFinished(ctx, jd); err == nil && all {
 		s.unlist(ctx, jd.JobID)
 	}
 	return nil
@@ -221,17 +223,22 @@ func hasDuplicates(h map[string]string) bool {
 }
 
 // mirrorDuplicates rewrites the entries of the duplicates listed in record
-// h from jd. The job has changed already: failures are logged.
-func (s *Store) mirrorDuplicates(ctx context.Context, jd wire.JobData, h map[string]string) {
+// h from jd. The job has changed already: failures are logged, and it
+// reports whether every entry was written.
+func (s *Store) mirrorDuplicates(ctx context.Context, jd wire.JobData, h map[string]string) bool {
+	all := true
 	for k, v := range h {
 		if id, ok := strings.CutPrefix(k, dupPrefix); ok {
 			sub, _ := strconv.ParseFloat(v, 64)
-			s.mirrorDuplicate(ctx, jd, id, sub)
+			all = s.mirrorDuplicate(ctx, jd, id, sub) && all
 		}
 	}
+	return all
 }
 
-func (s *Store) mirrorDuplicate(ctx context.Context, jd wire.JobData, dupEntryID string, sub float64) {
+// mirrorDuplicate writes jd onto duplicate request dupEntryID's job entry;
+// it reports whether it did (a failure is logged).
+func (s *Store) mirrorDuplicate(ctx context.Context, jd wire.JobData, dupEntryID string, sub float64) bool {
 	e, err := duplicateEntry(jd, dupEntryID, sub)
 	if err == nil {
 		err = s.board.Update(ctx, e.ID, blackboard.Update{Data: &e.Data, Metadata: &e.Metadata})
@@ -242,4 +249,5 @@ func (s *Store) mirrorDuplicate(ctx context.Context, jd wire.JobData, dupEntryID
 	if err != nil {
 		s.log.Warn("duplicate's job entry not updated", "job", jd.JobID, "entry_id", dupEntryID, "err", err)
 	}
+	return err == nil
 }

@@ -814,3 +814,44 @@ func TestLostMirrorRepaired(t *testing.T) {
 	}
 	repair(0)
 }
+
+// TestFailedDuplicateMirrorRepaired: a duplicate request's job entry that
+// the end's mirror could not write keeps the job listed, so that
+// RepairMirrors writes it once it can.
+func TestFailedDuplicateMirrorRepaired(t *testing.T) {
+	bd := newBoard(t)
+	s := bd.jobs
+	ctx := t.Context()
+	orig := bd.post(t, "m", `{"command":["x"],"idempotency_key":"k"}`)
+	oj, _ := bd.accept(t, s, orig)
+	dup := bd.post(t, "m", `{"command":["x"],"idempotency_key":"k"}`)
+	bd.accept(t, s, dup)
+	// The duplicate's entry key holds something else: its update fails
+	// (WRONGTYPE), and so would posting it again.
+	dupKey := bd.keys.Entry(wire.JobID(dup.EntryID))
+	if err := bd.rdb.Rename(ctx, dupKey, dupKey+":saved").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := bd.rdb.Set(ctx, dupKey, "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Transition(ctx, oj.JobID, wire.JobQueued, wire.JobCancelled, Update{}); err != nil {
+		t.Fatal(err)
+	}
+	bd.clk.Advance(11 * time.Second)
+	if n, err := s.RepairMirrors(ctx, 10*time.Second); err != nil || n != 1 {
+		t.Fatalf("RepairMirrors while the duplicate's entry cannot be written: %d, %v; want 1 (tried), nil", n, err)
+	}
+	if err := bd.rdb.Rename(ctx, dupKey+":saved", dupKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.RepairMirrors(ctx, 10*time.Second); err != nil || n != 1 {
+		t.Fatalf("RepairMirrors once it can be written: %d, %v; want 1", n, err)
+	}
+	if jd, _ := bd.jobEntry(t, dup.EntryID); jd.Status != wire.JobCancelled {
+		t.Fatalf("duplicate's job entry after the repair: %s; want cancelled", jd.Status)
+	}
+	if n, err := s.RepairMirrors(ctx, 10*time.Second); err != nil || n != 0 {
+		t.Fatalf("RepairMirrors after: %d, %v; want 0", n, err)
+	}
+}
