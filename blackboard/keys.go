@@ -167,8 +167,8 @@ func (k Keys) JobIdemPrefix() string { return k.prefix + ":jobs:idem:" }
 // JobsActive holds jobs not yet terminal: member job id, score accepted_at.
 func (k Keys) JobsActive() string { return k.prefix + ":jobs:active" } // ZSET
 
-// JobsUnmirrored holds ended jobs whose end is not yet mirrored onto their
-// job entry: member job id, score when the job ended (epoch seconds).
+// JobsUnmirrored holds jobs whose latest change is not yet mirrored onto
+// their job entry: member job id, score when it changed (epoch seconds).
 func (k Keys) JobsUnmirrored() string { return k.prefix + ":jobs:unmirrored" } // ZSET
 
 // common is the board-wide key list that post.lua and supersede.lua take as

@@ -334,8 +334,8 @@ type Update struct {
 	Metadata   *map[string]any
 	// Unlist, when set, is a sorted set of this board that the entry's id
 	// leaves in the same atomic step, when the update applies: a caller's
-	// list of entries it still owes an update (the job store's ends not
-	// yet mirrored, Keys.JobsUnmirrored).
+	// list of entries it still owes an update (the job store's changes
+	// not yet mirrored, Keys.JobsUnmirrored).
 	Unlist string
 }
 
