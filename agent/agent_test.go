@@ -835,3 +835,56 @@ func TestMirrorOrder(t *testing.T) {
 		t.Errorf("job entry %s after the requeue; want queued", st)
 	}
 }
+
+// TestLateStartMirrorRepaired: the scheduler ends a running job lost
+// while its agent, stalled, has not yet mirrored the start; the late
+// start mirror then makes the job entry say running over the record's
+// failed/lost, and when the task ends the agent finds the record moved
+// on. Before, nothing wrote the record onto the entry again: it said
+// running for good. Now the agent lists the job for the scheduler's
+// repair (jobs.Store.RepairMirrors).
+func TestLateStartMirrorRepaired(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	j := e.queued(job30s)
+	e.assign(j.JobID, "n1")
+	e.run(e.agent(nil, nil))
+	e.waitRunning(j.JobID)
+	// The crossing: a start mirror held (here a same-status change's,
+	// which mirrors the same running record), the scheduler's lost end
+	// mirrored, then the held mirror.
+	_, late, err := e.jobs.Change(e.ctx, j.JobID, wire.JobRunning, wire.JobRunning, jobs.Update{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.schedulerTransition(j.JobID, wire.JobRunning, wire.JobFailed, jobs.Update{
+		Error: &wire.JobError{Code: wire.JobErrorLost, Message: "node n1 silent"}})
+	if err := late(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	entry := func() wire.JobData {
+		t.Helper()
+		en, err := e.board.Get(e.ctx, j.JobID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var jd wire.JobData
+		if err := json.Unmarshal(en.Data, &jd); err != nil {
+			t.Fatal(err)
+		}
+		return jd
+	}
+	if jd := entry(); jd.Status != wire.JobRunning {
+		t.Fatalf("job entry after the late mirror: %s; want running (the crossing)", jd.Status)
+	}
+	// The task ends; the agent's end finds the record failed.
+	e.clk.Advance(31 * time.Second)
+	e.waitFor("the job settled", func() bool { return len(e.nodeJobs("n1")) == 0 })
+	e.clk.Advance(11 * time.Second)
+	if n, err := e.jobs.RepairMirrors(e.ctx, 10*time.Second); err != nil || n != 1 {
+		t.Fatalf("RepairMirrors: %d, %v; want 1", n, err)
+	}
+	if jd := entry(); jd.Status != wire.JobFailed || jd.Error == nil || jd.Error.Code != wire.JobErrorLost {
+		t.Fatalf("job entry after the repair: %s %+v; want failed/lost as the record says", jd.Status, jd.Error)
+	}
+}
