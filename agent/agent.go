@@ -1126,8 +1126,21 @@ func (a *Agent) finish(ctx context.Context, t *task, st providers.Status) {
 	a.end(ctx, t, to, u)
 }
 
-// end records t's outcome (or its retry), reports it and forgets t.
+// end records t's outcome (or its retry), reports it and forgets t. A job
+// the scheduler ended lost while this agent still ran it (an adapter
+// stalled past the node timeout, then resumed) gets its true outcome, as
+// after a restart (Recover): a correction.
 func (a *Agent) end(ctx context.Context, t *task, to wire.JobStatus, u jobs.Update) {
+	if a.endOnce(ctx, t, to, u) {
+		t.lost = true
+		a.log.Info("job recorded lost while this node still ran it; correcting it", "job", t.rec.JobID)
+		a.endOnce(ctx, t, to, u)
+	}
+}
+
+// endOnce is end's one try; it reports lost, and does nothing else, when
+// the record was ended lost meanwhile on this node, for this attempt.
+func (a *Agent) endOnce(ctx context.Context, t *task, to wire.JobStatus, u jobs.Update) (lost bool) {
 	from := wire.JobRunning
 	if t.lost {
 		// The scheduler ended it lost while this node was silent: the true
@@ -1160,7 +1173,13 @@ func (a *Agent) end(ctx context.Context, t *task, to wire.JobStatus, u jobs.Upda
 	}
 	if err != nil && !errors.Is(err, jobs.ErrConflict) && !errors.Is(err, jobs.ErrNotFound) {
 		a.log.Warn("record job end", "job", t.rec.JobID, "err", err)
-		return // try again on the next poll
+		return false // try again on the next poll
+	}
+	if errors.Is(err, jobs.ErrConflict) && !t.lost {
+		if cur, gerr := a.cfg.Jobs.Get(ctx, t.rec.JobID); gerr == nil && cur.Status == wire.JobFailed &&
+			cur.Error != nil && cur.Error.Code == wire.JobErrorLost && cur.Node == t.node && cur.Attempt == t.rec.Attempt {
+			return true
+		}
 	}
 	if err != nil {
 		a.log.Info("job record moved on; outcome not recorded", "job", t.rec.JobID, "outcome", to, "err", err)
@@ -1211,6 +1230,7 @@ func (a *Agent) end(ctx context.Context, t *task, to wire.JobStatus, u jobs.Upda
 		}
 	}
 	a.log.Debug("job ended", "job", t.rec.JobID, "node", t.node, "status", to)
+	return false
 }
 
 // untrack forgets t and settles it: its node's job set no longer lists it.

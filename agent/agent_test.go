@@ -836,13 +836,50 @@ func TestMirrorOrder(t *testing.T) {
 	}
 }
 
-// TestLateStartMirrorRepaired: the scheduler ends a running job lost
-// while its agent, stalled, has not yet mirrored the start; the late
-// start mirror then makes the job entry say running over the record's
-// failed/lost, and when the task ends the agent finds the record moved
-// on. Before, nothing wrote the record onto the entry again: it said
-// running for good. Now the agent lists the job for the scheduler's
-// repair (jobs.Store.RepairMirrors).
+// TestLiveAgentCorrectsLost: the scheduler ends a running job lost while
+// its agent, stalled past the node timeout, still runs it; the agent
+// resumes and its task ends. Before, the agent found the record moved on
+// and gave the outcome up: the job stayed failed/lost though it had
+// succeeded (a restarted agent corrected it, through Recover; a resumed
+// one did not). Now it corrects it, as after a restart.
+func TestLiveAgentCorrectsLost(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	j := e.queued(job30s)
+	e.assign(j.JobID, "n1")
+	a := e.agent(nil, nil)
+	e.run(a)
+	e.waitRunning(j.JobID)
+	e.schedulerTransition(j.JobID, wire.JobRunning, wire.JobFailed, jobs.Update{
+		Error: &wire.JobError{Code: wire.JobErrorLost, Message: "node n1 silent"}})
+	e.clk.Advance(31 * time.Second)
+	rec := e.waitStatus(j.JobID, wire.JobSucceeded)
+	if rec.Error != nil || rec.ExitCode == nil || *rec.ExitCode != 0 {
+		t.Errorf("corrected record: error %+v exit %v", rec.Error, rec.ExitCode)
+	}
+	e.waitReports(j.JobID+" started running", j.JobID+" corrects succeeded")
+	if s := a.Stats(); s.Corrected != 1 || s.Succeeded != 0 {
+		t.Errorf("stats %+v", s)
+	}
+	e.waitFor("the job settled", func() bool { return len(e.nodeJobs("n1")) == 0 })
+	en, err := e.board.Get(e.ctx, j.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jd wire.JobData
+	if err := json.Unmarshal(en.Data, &jd); err != nil || jd.Status != wire.JobSucceeded {
+		t.Errorf("job entry after the correction: %s (%v); want succeeded", jd.Status, err)
+	}
+}
+
+// TestLateStartMirrorRepaired: another writer changes a running job's
+// record while its agent, stalled, has not yet mirrored the start; the
+// late start mirror then makes the job entry say running over the newer
+// record, and when the task ends the agent finds the record moved on (here
+// the job was placed again elsewhere: requeue_lost). Before, nothing wrote
+// the record onto the entry again: it said running on this node for good.
+// Now the agent lists the job for the scheduler's repair
+// (jobs.Store.RepairMirrors).
 func TestLateStartMirrorRepaired(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -851,14 +888,13 @@ func TestLateStartMirrorRepaired(t *testing.T) {
 	e.run(e.agent(nil, nil))
 	e.waitRunning(j.JobID)
 	// The crossing: a start mirror held (here a same-status change's,
-	// which mirrors the same running record), the scheduler's lost end
-	// mirrored, then the held mirror.
+	// which mirrors the same running record), the scheduler's requeue of
+	// the lost job mirrored, then the held mirror.
 	_, late, err := e.jobs.Change(e.ctx, j.JobID, wire.JobRunning, wire.JobRunning, jobs.Update{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.schedulerTransition(j.JobID, wire.JobRunning, wire.JobFailed, jobs.Update{
-		Error: &wire.JobError{Code: wire.JobErrorLost, Message: "node n1 silent"}})
+	e.schedulerTransition(j.JobID, wire.JobRunning, wire.JobQueued, jobs.Update{Node: "n2"})
 	if err := late(e.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -877,14 +913,14 @@ func TestLateStartMirrorRepaired(t *testing.T) {
 	if jd := entry(); jd.Status != wire.JobRunning {
 		t.Fatalf("job entry after the late mirror: %s; want running (the crossing)", jd.Status)
 	}
-	// The task ends; the agent's end finds the record failed.
+	// The task ends; the agent's end finds the record queued elsewhere.
 	e.clk.Advance(31 * time.Second)
 	e.waitFor("the job settled", func() bool { return len(e.nodeJobs("n1")) == 0 })
 	e.clk.Advance(11 * time.Second)
 	if n, err := e.jobs.RepairMirrors(e.ctx, 10*time.Second); err != nil || n != 1 {
 		t.Fatalf("RepairMirrors: %d, %v; want 1", n, err)
 	}
-	if jd := entry(); jd.Status != wire.JobFailed || jd.Error == nil || jd.Error.Code != wire.JobErrorLost {
-		t.Fatalf("job entry after the repair: %s %+v; want failed/lost as the record says", jd.Status, jd.Error)
+	if jd := entry(); jd.Status != wire.JobQueued || jd.Node != "n2" {
+		t.Fatalf("job entry after the repair: %s on %q; want queued on n2 as the record says", jd.Status, jd.Node)
 	}
 }
