@@ -1132,9 +1132,14 @@ func (a *Agent) finish(ctx context.Context, t *task, st providers.Status) {
 // after a restart (Recover): a correction.
 func (a *Agent) end(ctx context.Context, t *task, to wire.JobStatus, u jobs.Update) {
 	if a.endOnce(ctx, t, to, u) {
-		t.lost = true
 		a.log.Info("job recorded lost while this node still ran it; correcting it", "job", t.rec.JobID)
-		a.endOnce(ctx, t, to, u)
+		// A copy: reconciliation reads t.lost, unlocked, on its own
+		// goroutine; the copy is the task ended now, as the lost one.
+		a.mu.Lock()
+		c := *t
+		a.mu.Unlock()
+		c.lost = true
+		a.endOnce(ctx, &c, to, u)
 	}
 }
 
@@ -1186,10 +1191,11 @@ func (a *Agent) endOnce(ctx context.Context, t *task, to wire.JobStatus, u jobs.
 	}
 	if errors.Is(err, jobs.ErrConflict) {
 		// Another writer changed the record while this task ran (the
-		// scheduler ended it lost while this adapter was stalled, say),
-		// and this agent's start mirror may have landed after that
-		// writer's: the job entry would say running for good. The
-		// scheduler's repair writes the record onto it again.
+		// scheduler placed the job again elsewhere while this adapter
+		// was stalled, say), and this agent's start mirror may have
+		// landed after that writer's: the job entry would say running
+		// here for good. The scheduler's repair writes the record onto
+		// it again.
 		if lerr := a.cfg.Jobs.ListForRepair(ctx, t.rec.JobID); lerr != nil {
 			a.log.Warn("job entry may disagree with its record", "job", t.rec.JobID, "err", lerr)
 		}
