@@ -129,6 +129,20 @@ func (e *env) assign(id, node string) {
 	}
 }
 
+// entry returns the data of job id's compute.job entry, the modules' view.
+func (e *env) entry(id string) wire.JobData {
+	e.t.Helper()
+	en, err := e.board.Get(e.ctx, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var jd wire.JobData
+	if err := json.Unmarshal(en.Data, &jd); err != nil {
+		e.t.Fatal(err)
+	}
+	return jd
+}
+
 func (e *env) rec(id string) jobs.Job {
 	e.t.Helper()
 	j, err := e.jobs.Get(e.ctx, id)
@@ -783,18 +797,7 @@ func TestMirrorOrder(t *testing.T) {
 	a.cfg.Jobs = o
 	e.run(a)
 	t.Cleanup(o.release) // before the agent's stop (cleanups run last first)
-	entry := func(id string) wire.JobStatus {
-		t.Helper()
-		ent, err := e.board.Get(e.ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var jd wire.JobData
-		if err := json.Unmarshal(ent.Data, &jd); err != nil {
-			t.Fatal(err)
-		}
-		return jd.Status
-	}
+	entry := func(id string) wire.JobStatus { return e.entry(id).Status }
 
 	// Ends for good: reported while its mirror is held.
 	j := e.queued(job30s)
@@ -862,13 +865,8 @@ func TestLiveAgentCorrectsLost(t *testing.T) {
 		t.Errorf("stats %+v", s)
 	}
 	e.waitFor("the job settled", func() bool { return len(e.nodeJobs("n1")) == 0 })
-	en, err := e.board.Get(e.ctx, j.JobID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var jd wire.JobData
-	if err := json.Unmarshal(en.Data, &jd); err != nil || jd.Status != wire.JobSucceeded {
-		t.Errorf("job entry after the correction: %s (%v); want succeeded", jd.Status, err)
+	if st := e.entry(j.JobID).Status; st != wire.JobSucceeded {
+		t.Errorf("job entry after the correction: %s; want succeeded", st)
 	}
 }
 
@@ -898,19 +896,7 @@ func TestLateStartMirrorRepaired(t *testing.T) {
 	if err := late(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	entry := func() wire.JobData {
-		t.Helper()
-		en, err := e.board.Get(e.ctx, j.JobID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var jd wire.JobData
-		if err := json.Unmarshal(en.Data, &jd); err != nil {
-			t.Fatal(err)
-		}
-		return jd
-	}
-	if jd := entry(); jd.Status != wire.JobRunning {
+	if jd := e.entry(j.JobID); jd.Status != wire.JobRunning {
 		t.Fatalf("job entry after the late mirror: %s; want running (the crossing)", jd.Status)
 	}
 	// The task ends; the agent's end finds the record queued elsewhere.
@@ -920,7 +906,7 @@ func TestLateStartMirrorRepaired(t *testing.T) {
 	if n, err := e.jobs.RepairMirrors(e.ctx, 10*time.Second); err != nil || n != 1 {
 		t.Fatalf("RepairMirrors: %d, %v; want 1", n, err)
 	}
-	if jd := entry(); jd.Status != wire.JobQueued || jd.Node != "n2" {
+	if jd := e.entry(j.JobID); jd.Status != wire.JobQueued || jd.Node != "n2" {
 		t.Fatalf("job entry after the repair: %s on %q; want queued on n2 as the record says", jd.Status, jd.Node)
 	}
 }

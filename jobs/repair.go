@@ -81,14 +81,7 @@ func (s *Store) ListForRepair(ctx context.Context, jobID string) error {
 // whether it mirrored: not when the record is gone or unreadable.
 func (s *Store) repairMirror(ctx context.Context, id string) (bool, error) {
 	for range 3 {
-		var r recordCmds
-		if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			r = s.readRecord(ctx, p, id)
-			return nil
-		}); err != nil && !errors.Is(err, redis.Nil) {
-			return false, fmt.Errorf("jobs: repair mirror %s: %w", id, err)
-		}
-		h, err := r.hash()
+		h, err := s.recordHash(ctx, id)
 		if err != nil {
 			return false, fmt.Errorf("jobs: repair mirror %s: %w", id, err)
 		}

@@ -104,18 +104,24 @@ func (s *Store) Stats() Stats {
 
 // Get reads one job record; ErrNotFound if there is none.
 func (s *Store) Get(ctx context.Context, jobID string) (Job, error) {
-	var r recordCmds
-	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		r = s.readRecord(ctx, p, jobID)
-		return nil
-	}); err != nil && !errors.Is(err, redis.Nil) {
-		return Job{}, fmt.Errorf("jobs: get %s: %w", jobID, err)
-	}
-	h, err := r.hash()
+	h, err := s.recordHash(ctx, jobID)
 	if err != nil {
 		return Job{}, fmt.Errorf("jobs: get %s: %w", jobID, err)
 	}
 	return jobFromHash(jobID, h)
+}
+
+// recordHash reads job id's record, the fields kept beside it included,
+// in one round trip; an empty map when there is no record.
+func (s *Store) recordHash(ctx context.Context, id string) (map[string]string, error) {
+	var r recordCmds
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		r = s.readRecord(ctx, p, id)
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	return r.hash()
 }
 
 // recordCmds reads one job record: its HASH and the fields kept beside it

@@ -575,14 +575,19 @@ func TestSpareQuotaRefilled(t *testing.T) {
 			_ = syscall.Rmdir(h.base)
 		}
 	})
-	// throttled returns the spare's nr_throttled (its only spare).
-	throttled := func() int {
+	// only returns the path of the provider's only spare under base.
+	only := func(base string) string {
 		t.Helper()
 		spares := spareNames(t, base)
 		if len(spares) != 1 {
 			t.Fatalf("spares in %s: %v; want one", base, spares)
 		}
-		stat := readFile(t, filepath.Join(base, spares[0], "cpu.stat"))
+		return filepath.Join(base, spares[0])
+	}
+	// throttled returns the spare's nr_throttled.
+	throttled := func() int {
+		t.Helper()
+		stat := readFile(t, filepath.Join(only(base), "cpu.stat"))
 		for l := range strings.SplitSeq(stat, "\n") {
 			if v, ok := strings.CutPrefix(l, "nr_throttled "); ok {
 				n, err := strconv.Atoi(strings.TrimSpace(v))
@@ -599,11 +604,7 @@ func TestSpareQuotaRefilled(t *testing.T) {
 	// cleared when a task takes the spare).
 	used := func() time.Duration {
 		t.Helper()
-		spares := spareNames(t, acctBase)
-		if len(spares) != 1 {
-			t.Fatalf("spares in %s: %v; want one", acctBase, spares)
-		}
-		ns, err := strconv.ParseInt(strings.TrimSpace(readFile(t, filepath.Join(acctBase, spares[0], "cpuacct.usage"))), 10, 64)
+		ns, err := strconv.ParseInt(strings.TrimSpace(readFile(t, filepath.Join(only(acctBase), "cpuacct.usage"))), 10, 64)
 		if err != nil {
 			t.Fatal(err)
 		}
