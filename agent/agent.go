@@ -73,9 +73,6 @@ type JobStore interface {
 	// job the agent knows only from its provider's task records.
 	Accept(ctx context.Context, spec jobs.AcceptSpec) (jobs.AcceptResult, error)
 	Reaccept(ctx context.Context, entryID string) (jobs.AcceptResult, error)
-	// ListForRepair has the scheduler mirror the record onto the job
-	// entry again (jobs.Store.RepairMirrors).
-	ListForRepair(ctx context.Context, jobID string) error
 }
 
 // Node is one node this agent serves.
@@ -1188,17 +1185,6 @@ func (a *Agent) endOnce(ctx context.Context, t *task, to wire.JobStatus, u jobs.
 	}
 	if err != nil {
 		a.log.Info("job record moved on; outcome not recorded", "job", t.rec.JobID, "outcome", to, "err", err)
-	}
-	if errors.Is(err, jobs.ErrConflict) {
-		// Another writer changed the record while this task ran (the
-		// scheduler placed the job again elsewhere while this adapter
-		// was stalled, say), and this agent's start mirror may have
-		// landed after that writer's: the job entry would say running
-		// here for good. The scheduler's repair writes the record onto
-		// it again.
-		if lerr := a.cfg.Jobs.ListForRepair(ctx, t.rec.JobID); lerr != nil {
-			a.log.Warn("job entry may disagree with its record", "job", t.rec.JobID, "err", lerr)
-		}
 	}
 	if err == nil && to == wire.JobSucceeded && a.cfg.CheckpointDir != "" {
 		// Done: its checkpoints will never be restored.

@@ -13,4 +13,6 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrInvalid: a malformed entry, id, query, event or config.
 	ErrInvalid = errors.New("invalid")
+	// ErrStale: an update's Guard did not hold; nothing was written.
+	ErrStale = errors.New("stale")
 )

@@ -176,21 +176,30 @@ func (s *Store) supersede(ctx context.Context, now time.Time, oldID string, it p
 
 // update runs update.lua with field/value pairs and returns how many fields
 // changed.
-func (s *Store) update(ctx context.Context, now time.Time, id string, expect Status, ev *Event, unlist string, pairs []any) (int64, error) {
+func (s *Store) update(ctx context.Context, now time.Time, id string, expect Status, ev *Event, unlist string, guard *Guard, pairs []any) (int64, error) {
 	keys := append([]string{s.keys.Entry(id), s.keys.Expiry(), s.keys.Events()}, s.keys.prios()...)
 	keys = append(keys, s.keys.Retire())
-	if unlist != "" {
-		keys = append(keys, unlist)
-	}
 	args := append(s.head(now), id, string(expect), s.retentionArg())
 	if ev != nil {
 		args = append(args, ev.Type, ev.ID, ev.Source, formatFloat(ev.Timestamp), string(ev.Payload))
 	} else {
 		args = append(args, "", "", "", "", "")
 	}
+	args = append(args, "", "", "") // no Unlist, no Guard
+	if unlist != "" {
+		keys = append(keys, unlist)
+		args[len(args)-3] = "1"
+	}
+	if guard != nil {
+		keys = append(keys, guard.Key)
+		args[len(args)-2], args[len(args)-1] = guard.Field, guard.Value
+	}
 	r, err := s.run(ctx, updateScript, keys, append(args, pairs...))
 	if err != nil {
 		return 0, err
+	}
+	if code(r, 0) == codeStale {
+		return 0, ErrStale
 	}
 	if err := statusErr(r); err != nil {
 		return 0, err

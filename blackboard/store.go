@@ -337,6 +337,20 @@ type Update struct {
 	// list of entries it still owes an update (the job store's changes
 	// not yet mirrored, Keys.JobsUnmirrored).
 	Unlist string
+	// Guard, when set, is a precondition read in the update's own atomic
+	// step: the update applies only while field Guard.Field of this
+	// board's HASH Guard.Key holds Guard.Value. Otherwise nothing is
+	// written (no event, no Unlist) and the update fails with ErrStale,
+	// whether or not the entry exists. The job store's mirrors use it: a
+	// job record's change is written onto its job entry only while the
+	// record is still at that change's version, so a mirror delayed past a
+	// newer one cannot take the entry back.
+	Guard *Guard
+}
+
+// Guard is an Update's precondition on another HASH of the board.
+type Guard struct {
+	Key, Field, Value string
 }
 
 // pairs validates u and encodes it as update.lua's field/value pairs.
@@ -428,7 +442,10 @@ func (s *Store) applyUpdate(ctx context.Context, op, id string, expect Status, u
 	if u.Unlist != "" && !s.keys.owns(u.Unlist) {
 		return fmt.Errorf("blackboard: %s %s: %w: unlist key %q is not this board's", op, id, ErrInvalid, u.Unlist)
 	}
-	if _, err := s.update(ctx, s.clock.Now(), id, expect, ev, u.Unlist, pairs); err != nil {
+	if g := u.Guard; g != nil && (!s.keys.owns(g.Key) || g.Field == "") {
+		return fmt.Errorf("blackboard: %s %s: %w: guard %q of key %q", op, id, ErrInvalid, g.Field, g.Key)
+	}
+	if _, err := s.update(ctx, s.clock.Now(), id, expect, ev, u.Unlist, u.Guard, pairs); err != nil {
 		return fmt.Errorf("blackboard: %s %s: %w", op, id, err)
 	}
 	return nil

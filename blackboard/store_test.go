@@ -624,6 +624,66 @@ func TestUpdateUnlist(t *testing.T) {
 	}
 }
 
+// TestUpdateGuard: an update with a guard applies only while the guard's
+// field holds its value, in the same atomic step; otherwise it writes
+// nothing (no field, no event, no Unlist) and fails with ErrStale, also for
+// an entry that is gone.
+func TestUpdateGuard(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	v := newEnv(t, Config{})
+	id := v.post(t, mk("t", withData(`{"v":1}`)))
+	rec := v.k.Job("j1")
+	if err := v.rdb.HSet(ctx, rec, "version", "3").Err(); err != nil {
+		t.Fatal(err)
+	}
+	list := v.k.JobsUnmirrored()
+	if err := v.rdb.ZAdd(ctx, list, redis.Z{Score: 1, Member: id}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	updated := func() int {
+		t.Helper()
+		n := 0
+		for _, e := range v.events(t, "blackboard.entry.updated") {
+			if strings.Contains(e.Payload, id) {
+				n++
+			}
+		}
+		return n
+	}
+	data := json.RawMessage(`{"v":2}`)
+	fin := Event{Type: "compute.job.finished", Source: "compute", Payload: json.RawMessage(`{"job":"x"}`)}
+	for _, g := range []*Guard{
+		{Key: rec, Field: "version", Value: "2"},           // moved on
+		{Key: rec, Field: "missing", Value: "3"},           // no such field
+		{Key: v.k.Job("j2"), Field: "version", Value: "3"}, // no such HASH
+	} {
+		if err := v.s.UpdateEmit(ctx, id, Update{Data: &data, Unlist: list, Guard: g}, fin); !errors.Is(err, ErrStale) {
+			t.Fatalf("update guarded by %+v = %v, want ErrStale", *g, err)
+		}
+	}
+	gone := hexID(7)
+	if err := v.s.Update(ctx, gone, Update{Data: &data, Guard: &Guard{Key: rec, Field: "version", Value: "2"}}); !errors.Is(err, ErrStale) {
+		t.Fatalf("stale update of an entry that is gone = %v, want ErrStale", err)
+	}
+	if err := v.s.Update(ctx, id, Update{Data: &data, Guard: &Guard{Key: "elsewhere:job:j1", Field: "version", Value: "3"}}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("update guarded by another board's key = %v, want ErrInvalid", err)
+	}
+	if h := v.hash(t, id); h["data"] != `{"v":1}` || updated() != 0 || len(v.events(t, "compute.job.finished")) != 0 {
+		t.Fatalf("refused updates wrote: data %s, %d updated events, %d finished", h["data"], updated(), len(v.events(t, "compute.job.finished")))
+	}
+	if diff := cmp.Diff([]string{id}, v.zmembers(t, list)); diff != "" {
+		t.Fatalf("listed after refused updates (-want +got):\n%s", diff)
+	}
+	if err := v.s.UpdateEmit(ctx, id, Update{Data: &data, Unlist: list, Guard: &Guard{Key: rec, Field: "version", Value: "3"}}, fin); err != nil {
+		t.Fatal(err)
+	}
+	if h := v.hash(t, id); h["data"] != `{"v":2}` || updated() != 1 || len(v.events(t, "compute.job.finished")) != 1 || len(v.zmembers(t, list)) != 0 {
+		t.Fatalf("the update whose guard holds: data %s, %d updated events, %d finished, listed %v",
+			h["data"], updated(), len(v.events(t, "compute.job.finished")), v.zmembers(t, list))
+	}
+}
+
 func TestUpdateIf(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/computeboard/computeboard/blackboard"
 	"github.com/computeboard/computeboard/wire"
+	"github.com/redis/go-redis/v9"
 )
 
 // PublishAccepted is acceptance's second step: post the compute.job entry
@@ -73,7 +74,7 @@ func (s *Store) PostJobEntry(ctx context.Context, jd wire.JobData) (created bool
 // updateJobEntry rewrites the job entry's data and metadata from jd,
 // posting it again if it is gone (evicted).
 func (s *Store) updateJobEntry(ctx context.Context, jd wire.JobData) error {
-	_, err := s.mirrorJob(ctx, jd, false, false)
+	_, err := s.mirrorJob(ctx, jd, "", false, false)
 	return err
 }
 
@@ -84,31 +85,57 @@ func (s *Store) updateJobEntry(ctx context.Context, jd wire.JobData) error {
 // with unlist that step also takes the job off P:jobs:unmirrored. It
 // reports whether the update applied, with both, in that step (done);
 // when it did not, the entry was gone and is posted again, with neither.
-func (s *Store) mirrorJob(ctx context.Context, jd wire.JobData, finish, unlist bool) (done bool, err error) {
+// With a version (the record's, as read with jd), the update applies only
+// while the record is still at it (blackboard.Update.Guard): a mirror that
+// comes after a newer change's writes nothing and fails with
+// blackboard.ErrStale, since that change is listed on P:jobs:unmirrored
+// until its own mirror is done.
+func (s *Store) mirrorJob(ctx context.Context, jd wire.JobData, version string, finish, unlist bool) (done bool, err error) {
 	e, err := jobEntry(jd)
 	if err != nil {
 		return false, err
 	}
-	u := blackboard.Update{Data: &e.Data, Metadata: &e.Metadata}
+	u := blackboard.Update{Data: &e.Data, Metadata: &e.Metadata, Guard: s.recordAt(jd.JobID, version)}
 	if unlist {
 		u.Unlist = s.keys.JobsUnmirrored()
 	}
-	finish = finish && jd.Status.Terminal()
-	var ev blackboard.Event
-	if finish {
-		ev, err = finishedEvent(jd)
-		finish = err == nil // else raised apart, where the failure is logged
+	var ev *blackboard.Event
+	if finish && jd.Status.Terminal() {
+		if fe, err := finishedEvent(jd); err == nil { // else raised apart, where the failure is logged
+			ev = &fe
+		}
 	}
-	if finish {
-		err = s.board.UpdateEmit(ctx, jd.JobID, u, ev)
-	} else {
-		err = s.board.Update(ctx, jd.JobID, u)
+	return s.writeEntry(ctx, e, u, ev)
+}
+
+// writeEntry applies u to entry e (with ev, UpdateEmit), or posts e when
+// the entry is gone (evicted); it reports whether u applied. When another
+// writer posted it first, u decides once more (its Guard, if any).
+func (s *Store) writeEntry(ctx context.Context, e *blackboard.Entry, u blackboard.Update, ev *blackboard.Event) (updated bool, err error) {
+	for range 2 {
+		if ev != nil {
+			err = s.board.UpdateEmit(ctx, e.ID, u, *ev)
+		} else {
+			err = s.board.Update(ctx, e.ID, u)
+		}
+		if !errors.Is(err, blackboard.ErrNotFound) {
+			return err == nil, err
+		}
+		created, perr := s.board.PostIfAbsent(ctx, e)
+		if perr != nil || created {
+			return false, perr
+		}
 	}
-	if errors.Is(err, blackboard.ErrNotFound) {
-		_, err = s.board.PostIfAbsent(ctx, e)
-		return false, err
+	return false, err
+}
+
+// recordAt is the guard of a mirror of job id's record at version (nil
+// for no version: the caller read no record).
+func (s *Store) recordAt(id, version string) *blackboard.Guard {
+	if version == "" {
+		return nil
 	}
-	return err == nil, err
+	return &blackboard.Guard{Key: s.keys.Job(id), Field: "version", Value: version}
 }
 
 // jobEntry builds the compute.job entry for jd.
@@ -170,7 +197,7 @@ func (s *Store) putDuplicateEntry(ctx context.Context, spec AcceptSpec, j Job) e
 	// j changed since it was read: a transition in between did not see
 	// the duplicate listed.
 	if now, err := s.Get(ctx, j.JobID); err == nil && now.Version != j.Version {
-		s.mirrorDuplicate(ctx, now.JobData, spec.EntryID, spec.Submitted)
+		s.mirrorDuplicate(ctx, now.JobData, strconv.FormatInt(now.Version, 10), spec.EntryID, spec.Submitted)
 	}
 	return nil
 }
@@ -184,30 +211,47 @@ func (s *Store) putDuplicateEntry(ctx context.Context, spec AcceptSpec, j Job) e
 // returned (nothing after it is done then); the others are logged, and a
 // failed duplicate's entry or event keeps the job listed, for
 // RepairMirrors.
+//
+// Each write applies only while the record is still at h's version: a
+// mirror that comes late, after a newer change of the record (whose writer
+// stalled between the change and its mirror), stops at the first write the
+// record has moved past and returns nil. The newer change is listed until
+// its own mirror, which writes every entry, is done.
 func (s *Store) mirrorAll(ctx context.Context, jd wire.JobData, h map[string]string) error {
 	dups := hasDuplicates(h)
-	done, err := s.mirrorJob(ctx, jd, !dups, !dups)
+	version := h["version"]
+	done, err := s.mirrorJob(ctx, jd, version, !dups, !dups)
+	if errors.Is(err, blackboard.ErrStale) {
+		s.stats.staleMirrors.Add(1)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
 	all := true
 	if dups {
-		all = s.mirrorDuplicates(ctx, jd, h)
+		var stale bool
+		if all, stale = s.mirrorDuplicates(ctx, jd, version, h); stale {
+			s.stats.staleMirrors.Add(1)
+			return nil
+		}
 	}
 	if done && !dups {
 		return nil
 	}
 	if err := s.emitFinished(ctx, jd); err == nil && all {
-		s.unlist(ctx, jd.JobID)
+		s.unlist(ctx, jd.JobID, version)
 	}
 	return nil
 }
 
 // unlist takes a job off P:jobs:unmirrored where the mirror's own step
-// could not. A failure leaves the job to RepairMirrors, which mirrors it
+// could not, while its record is still at version (a newer change stays
+// listed). A failure leaves the job to RepairMirrors, which mirrors it
 // again (for an end, a second compute.job.finished, which readers allow).
-func (s *Store) unlist(ctx context.Context, jobID string) {
-	if err := s.rdb.ZRem(ctx, s.keys.JobsUnmirrored(), jobID).Err(); err != nil {
+func (s *Store) unlist(ctx context.Context, jobID, version string) {
+	err := scriptUnlist.Run(ctx, s.rdb, []string{s.keys.Job(jobID), s.keys.JobsUnmirrored()}, jobID, version).Err()
+	if err != nil && !errors.Is(err, redis.Nil) {
 		s.log.Warn("mirrored job change still listed for repair", "job", jobID, "err", err)
 	}
 }
@@ -223,31 +267,37 @@ func hasDuplicates(h map[string]string) bool {
 }
 
 // mirrorDuplicates rewrites the entries of the duplicates listed in record
-// h from jd. The job has changed already: failures are logged, and it
-// reports whether every entry was written.
-func (s *Store) mirrorDuplicates(ctx context.Context, jd wire.JobData, h map[string]string) bool {
-	all := true
+// h (at version) from jd. The job has changed already: failures are
+// logged, and it reports whether every entry was written; it stops, stale,
+// at the first the record has moved past (mirrorAll).
+func (s *Store) mirrorDuplicates(ctx context.Context, jd wire.JobData, version string, h map[string]string) (all, stale bool) {
+	all = true
 	for k, v := range h {
 		if id, ok := strings.CutPrefix(k, dupPrefix); ok {
 			sub, _ := strconv.ParseFloat(v, 64)
-			all = s.mirrorDuplicate(ctx, jd, id, sub) && all
+			done, err := s.mirrorDuplicate(ctx, jd, version, id, sub)
+			if errors.Is(err, blackboard.ErrStale) {
+				return false, true
+			}
+			all = done && all
 		}
 	}
-	return all
+	return all, false
 }
 
-// mirrorDuplicate writes jd onto duplicate request dupEntryID's job entry;
-// it reports whether it did (a failure is logged).
-func (s *Store) mirrorDuplicate(ctx context.Context, jd wire.JobData, dupEntryID string, sub float64) bool {
+// mirrorDuplicate writes jd (of the record at version) onto duplicate
+// request dupEntryID's job entry; it reports whether it did (a failure is
+// logged, and returned). A stale mirror (mirrorJob) writes nothing.
+func (s *Store) mirrorDuplicate(ctx context.Context, jd wire.JobData, version, dupEntryID string, sub float64) (bool, error) {
 	e, err := duplicateEntry(jd, dupEntryID, sub)
 	if err == nil {
-		err = s.board.Update(ctx, e.ID, blackboard.Update{Data: &e.Data, Metadata: &e.Metadata})
-		if errors.Is(err, blackboard.ErrNotFound) {
-			_, err = s.board.PostIfAbsent(ctx, e)
-		}
+		_, err = s.writeEntry(ctx, e, blackboard.Update{Data: &e.Data, Metadata: &e.Metadata, Guard: s.recordAt(jd.JobID, version)}, nil)
+	}
+	if errors.Is(err, blackboard.ErrStale) {
+		return false, err
 	}
 	if err != nil {
 		s.log.Warn("duplicate's job entry not updated", "job", jd.JobID, "entry_id", dupEntryID, "err", err)
 	}
-	return err == nil
+	return err == nil, err
 }

@@ -63,19 +63,6 @@ func (s *Store) RepairMirrors(ctx context.Context, grace time.Duration) (int, er
 	return repaired, nil
 }
 
-// ListForRepair lists job jobID for RepairMirrors, as an unmirrored
-// change is: for a writer that finds the record moved on under it and so
-// cannot tell whether the job entry says what the record says (a late
-// mirror of its own may have overwritten a newer one). A listing already
-// there keeps its time.
-func (s *Store) ListForRepair(ctx context.Context, jobID string) error {
-	err := s.rdb.ZAddNX(ctx, s.keys.JobsUnmirrored(), redis.Z{Score: s.now(), Member: jobID}).Err()
-	if err != nil {
-		return fmt.Errorf("jobs: list %s for repair: %w", jobID, err)
-	}
-	return nil
-}
-
 // repairMirror mirrors job id's record, until the record read before the
 // mirror is still the record after it (at most a few times). It reports
 // whether it mirrored: not when the record is gone or unreadable.

@@ -25,6 +25,8 @@ var (
 	luaHandle string
 	//go:embed lua/withdrawn.lua
 	luaWithdrawn string
+	//go:embed lua/unlist.lua
+	luaUnlist string
 )
 
 // sideFields are the record's fields kept beside its HASH, each in a
@@ -56,4 +58,5 @@ var (
 	scriptTransition = redis.NewScript(luaLib + luaTransition)
 	scriptHandle     = redis.NewScript(luaHandle)
 	scriptWithdrawn  = redis.NewScript(luaWithdrawn)
+	scriptUnlist     = redis.NewScript(luaUnlist)
 )

@@ -855,3 +855,81 @@ func TestFailedDuplicateMirrorRepaired(t *testing.T) {
 		t.Fatalf("RepairMirrors after: %d, %v; want 0", n, err)
 	}
 }
+
+// TestStaleMirrorSkipped: a writer that stalled between a change of a
+// record and its mirror (Change, then the Mirror later) wrote the older
+// change onto the job entry after a newer change had been mirrored: the
+// entry went back (say, running on a node the job had left, or the lost
+// end the node's agent had since corrected) and stayed so until the job's
+// next change, with a second compute.job.finished for an outcome that no
+// longer held. A mirror now applies only while the record is at the
+// version it mirrors; a stale one writes nothing, and leaves nothing to
+// repair.
+func TestStaleMirrorSkipped(t *testing.T) {
+	bd := newBoard(t)
+	s := bd.jobs
+	ctx := t.Context()
+	spec := bd.post(t, "m", `{"command":["x"],"idempotency_key":"k"}`)
+	j, _ := bd.accept(t, s, spec)
+	dup := bd.post(t, "m", `{"command":["x"],"idempotency_key":"k"}`)
+	bd.accept(t, s, dup)
+	entries := func(want wire.JobStatus, node, when string) {
+		t.Helper()
+		for _, id := range []string{spec.EntryID, dup.EntryID} {
+			if jd, _ := bd.jobEntry(t, id); jd.Status != want || jd.Node != node {
+				t.Fatalf("job entry of %s %s: %s on %q; want %s on %q, as the record says", id, when, jd.Status, jd.Node, want, node)
+			}
+		}
+	}
+
+	// A start held, then the scheduler's requeue of the job, mirrored.
+	_, lateStart, err := s.Change(ctx, j.JobID, wire.JobQueued, wire.JobRunning, Update{Node: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Transition(ctx, j.JobID, wire.JobRunning, wire.JobQueued, Update{Node: "n2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := lateStart(ctx); err != nil {
+		t.Fatalf("a stale mirror: %v; want nil (nothing to do)", err)
+	}
+	entries(wire.JobQueued, "n2", "after the late start mirror")
+
+	// Started on n2 and mirrored; the scheduler's lost end held, then the
+	// agent's correction to the true outcome, mirrored.
+	if _, err := s.Transition(ctx, j.JobID, wire.JobQueued, wire.JobRunning, Update{Node: "n2", ExpectNode: "n2"}); err != nil {
+		t.Fatal(err)
+	}
+	_, lateLost, err := s.Change(ctx, j.JobID, wire.JobRunning, wire.JobFailed, Update{
+		Error: &wire.JobError{Code: wire.JobErrorLost, Message: "node n2 silent"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := 0
+	if _, err := s.Transition(ctx, j.JobID, wire.JobFailed, wire.JobSucceeded, Update{ExitCode: &code}); err != nil {
+		t.Fatal(err)
+	}
+	if err := lateLost(ctx); err != nil {
+		t.Fatalf("a stale end's mirror: %v; want nil", err)
+	}
+	entries(wire.JobSucceeded, "n2", "after the late lost end's mirror")
+	evs, _, err := bd.store.Events(ctx, "0", EventJobFinished, 1000, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		var p map[string]any
+		if err := json.Unmarshal(ev.Payload, &p); err != nil {
+			t.Fatal(err)
+		}
+		if p["job_id"] == j.JobID && p["status"] != string(wire.JobSucceeded) {
+			t.Fatalf("compute.job.finished %v raised by a stale mirror", p)
+		}
+	}
+
+	bd.clk.Advance(11 * time.Second)
+	if n, err := s.RepairMirrors(ctx, 10*time.Second); err != nil || n != 0 {
+		t.Fatalf("RepairMirrors: %d, %v; want 0 (every change mirrored in order)", n, err)
+	}
+}
