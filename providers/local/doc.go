@@ -27,7 +27,9 @@
 // A task's environment is only Config.Env, then HOME (the task's work
 // directory), USER and LOGNAME (its user's name), then Task.Env (which may
 // set those three), then CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES and
-// COMPUTEBOARD_PAYLOAD, which the provider sets last. The two GPU
+// COMPUTEBOARD_PAYLOAD, which the provider sets last (the task
+// directory's payload file, or /dev/null for a task without a payload:
+// an empty file either way, and no file is made). The two GPU
 // variables list the task's Placement.GPUs then Placement.MIG (UUIDs), in
 // order; a task placed on no GPU gets CUDA_VISIBLE_DEVICES="" and
 // NVIDIA_VISIBLE_DEVICES=void, so it sees none. (They steer CUDA and the

@@ -73,6 +73,7 @@ func TestOutputFiles(t *testing.T) {
 			dir := workDir(t)
 			p := newTestProvider(t, Config{WorkDir: dir})
 			task := helperTask(t, tc.args...)
+			task.Payload = []byte(`{"n":1}`)
 			h := providertest.Start(t, p, task)
 			st := providertest.WaitDone(t, p, h)
 
@@ -156,8 +157,13 @@ func TestEnvironmentAndDir(t *testing.T) {
 			args: []string{"lookup", "CUDA_VISIBLE_DEVICES"}, want: "MIG-c3",
 		},
 		"payload path not overridable": {
-			task: providers.Task{Env: map[string]string{providers.PayloadEnv: "/etc/passwd"}},
+			task: providers.Task{Env: map[string]string{providers.PayloadEnv: "/etc/passwd"}, Payload: []byte(`{"n":1}`)},
 			args: []string{"env", providers.PayloadEnv}, want: "payload", wantDir: true,
+		},
+		// No file is made for it: an empty file all the same, as the
+		// Kubernetes provider gives.
+		"no payload: /dev/null": {
+			args: []string{"env", providers.PayloadEnv}, want: "/dev/null",
 		},
 		"default working dir is the task's work dir": {
 			args: []string{"pwd"}, want: "work", wantDir: true,
@@ -186,6 +192,9 @@ func TestEnvironmentAndDir(t *testing.T) {
 			st := providertest.WaitDone(t, p, providertest.Start(t, p, task))
 			if got := readFile(t, st.StdoutPath); st.State != providers.StateSucceeded || got != want {
 				t.Errorf("state %s, output %q; want succeeded, %q (stderr %q)", st.State, got, want, readFile(t, st.StderrPath))
+			}
+			if _, err := os.Stat(filepath.Join(dir, task.ID, supervise.FilePayload)); (err == nil) != (task.Payload != nil) {
+				t.Errorf("payload file with payload %q: %v", task.Payload, err)
 			}
 		})
 	}
