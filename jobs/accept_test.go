@@ -157,3 +157,29 @@ func TestConsumeAcceptedRetracted(t *testing.T) {
 		t.Errorf("request %s, want retracted", st)
 	}
 }
+
+// TestPublishAcceptedAfterAChange: acceptance's second step rewrites a job
+// entry an earlier refusal of the same request left, while the job has had
+// no transition. A transition that came between the record (Accept) and
+// this step (the scheduler cancelled the job, say) was mirrored first, and
+// the step then wrote the job back to queued over it. The rewrite now
+// applies only while the record is still at version 0.
+func TestPublishAcceptedAfterAChange(t *testing.T) {
+	bd := newBoard(t)
+	s := bd.jobs
+	ctx := t.Context()
+	spec := bd.post(t, "m", okData)
+	r, err := s.Accept(ctx, spec)
+	if err != nil || !r.Created {
+		t.Fatal(r, err)
+	}
+	if _, err := s.Transition(ctx, r.Job.JobID, wire.JobQueued, wire.JobCancelled, Update{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PublishAccepted(ctx, spec, r.Job); err != nil {
+		t.Fatal(err)
+	}
+	if jd, _ := bd.jobEntry(t, spec.EntryID); jd.Status != wire.JobCancelled {
+		t.Fatalf("job entry after PublishAccepted: %s; want cancelled, as the record says", jd.Status)
+	}
+}

@@ -30,7 +30,12 @@ func (s *Store) PublishAccepted(ctx context.Context, spec AcceptSpec, j Job) err
 	if err != nil || created || j.Version > 0 {
 		return err
 	}
-	return s.updateJobEntry(ctx, j.JobData)
+	// Only while the record has had no transition: one that came since
+	// Accept read it has mirrored itself.
+	if _, err := s.mirrorJob(ctx, j.JobData, "0", false, false); err != nil && !errors.Is(err, blackboard.ErrStale) {
+		return err
+	}
+	return nil
 }
 
 // ConsumeAccepted is the first half of acceptance's third step (the
@@ -71,14 +76,8 @@ func (s *Store) PostJobEntry(ctx context.Context, jd wire.JobData) (created bool
 	return s.board.PostIfAbsent(ctx, e)
 }
 
-// updateJobEntry rewrites the job entry's data and metadata from jd,
-// posting it again if it is gone (evicted).
-func (s *Store) updateJobEntry(ctx context.Context, jd wire.JobData) error {
-	_, err := s.mirrorJob(ctx, jd, "", false, false)
-	return err
-}
-
-// mirrorJob is updateJobEntry, and with finish it also raises a terminal
+// mirrorJob rewrites the job entry's data and metadata from jd, posting it
+// again if it is gone (evicted), and with finish it also raises a terminal
 // jd's compute.job.finished (EmitFinished), in the entry's update step
 // when the entry is there (blackboard.Store.UpdateEmit: one round trip,
 // and the event is never seen before the entry says how the job ended);
