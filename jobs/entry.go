@@ -221,7 +221,7 @@ func (s *Store) mirrorAll(ctx context.Context, jd wire.JobData, h map[string]str
 	version := h["version"]
 	done, err := s.mirrorJob(ctx, jd, version, !dups, !dups)
 	if errors.Is(err, blackboard.ErrStale) {
-		s.stats.staleMirrors.Add(1)
+		s.log.Debug("job change not mirrored: a newer one is", "job", jd.JobID, "version", version)
 		return nil
 	}
 	if err != nil {
@@ -231,7 +231,7 @@ func (s *Store) mirrorAll(ctx context.Context, jd wire.JobData, h map[string]str
 	if dups {
 		var stale bool
 		if all, stale = s.mirrorDuplicates(ctx, jd, version, h); stale {
-			s.stats.staleMirrors.Add(1)
+			s.log.Debug("job change not mirrored onto its duplicates: a newer one is", "job", jd.JobID, "version", version)
 			return nil
 		}
 	}

@@ -30,7 +30,7 @@ type Store struct {
 	stats *counter // shared by every view
 }
 
-type counter struct{ cancelledAtStart, staleMirrors atomic.Int64 }
+type counter struct{ cancelledAtStart atomic.Int64 }
 
 // Fence is what a fenced writer's accepts and transitions carry: the key
 // holding the current fencing epoch (blackboard.Keys.PoolEpoch(): it must
@@ -95,14 +95,11 @@ type Stats struct {
 	// CancelledAtStart counts starts (queued → running) that found the
 	// request withdrawn and cancelled the job instead (ErrWithdrawn).
 	CancelledAtStart int64
-	// StaleMirrors counts mirrors that wrote nothing because the record
-	// had changed again before them (mirrorAll).
-	StaleMirrors int64
 }
 
 // Stats returns the counts so far.
 func (s *Store) Stats() Stats {
-	return Stats{CancelledAtStart: s.stats.cancelledAtStart.Load(), StaleMirrors: s.stats.staleMirrors.Load()}
+	return Stats{CancelledAtStart: s.stats.cancelledAtStart.Load()}
 }
 
 // Get reads one job record; ErrNotFound if there is none.
