@@ -73,6 +73,7 @@ durable() { # post→durable job (cmd/cbbench) against asynq (bench/peers/asynq)
     "$bin/cbbench"    "${r[@]}" -clients "$c" -n "$INTAKE_N" | tee -a "$f" >&2
     "$bin/asynq-peer" "${r[@]}" -clients "$c" -n "$INTAKE_N" | tee -a "$f" >&2
   done
+  "$bin/cbbench"    "${r[@]}" -clients 10 -n "$INTAKE_N" -post-only | tee -a "$f" >&2
   "$bin/cbbench"    "${r[@]}" -clients 10 -n "$PACED_N" -rate 1000 | tee -a "$f" >&2
   "$bin/asynq-peer" "${r[@]}" -clients 10 -n "$PACED_N" -rate 1000 | tee -a "$f" >&2
   kill "$redis_pid"; wait "$redis_pid" 2>/dev/null || true
@@ -278,11 +279,12 @@ e2e_summary() {
 # persec NS: a rate per second from nanoseconds per op.
 persec() { awk -v ns="$1" 'BEGIN { if (ns > 0) printf "%.0f", 1e9 / ns; else print "n/a" }'; }
 
-# kv FILE SIDE CLIENTS RATE KEY: the value of KEY on durable.txt's line for that side and load.
+# kv FILE SIDE CLIENTS RATE KEY: the value of KEY on durable.txt's line for that side and load
+# (not the post-only line).
 kv() {
   awk -v side="side=$2" -v cl="clients=$3" -v rate="rate=$4" -v key="$5" '
-    { s = c = r = 0; for (i = 1; i <= NF; i++) { if ($i == side) s = 1; if ($i == cl) c = 1; if ($i == rate) r = 1 } }
-    s && c && r { for (i = 1; i <= NF; i++) if (index($i, key "=") == 1) { print substr($i, length(key) + 2); exit } }' "$1"
+    { s = c = r = po = 0; for (i = 1; i <= NF; i++) { if ($i == side) s = 1; if ($i == cl) c = 1; if ($i == rate) r = 1; if ($i == "path=post-only") po = 1 } }
+    s && c && r && !po { for (i = 1; i <= NF; i++) if (index($i, key "=") == 1) { print substr($i, length(key) + 2); exit } }' "$1"
 }
 times() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "x%.2f", a / b; else print "n/a" }'; }
 
@@ -333,6 +335,15 @@ for c in 1 10 100; do
   aq=$(kv "$du" asynq "$c" 0 tasks_per_s)
   printf 'durable intake %4s clients: computeboard %7s req/s   asynq %7s tasks/s   = %s asynq\n' "$c" "$cb" "$aq" "$(times "$cb" "$aq")"
 done
+# The Redis budget at 10 clients: what the whole path, the post alone
+# (-post-only, the contract's write before computeboard does anything) and
+# asynq each cost the one Redis, and what 1.5x asynq's rate would leave per
+# request on one fully busy Redis core (1 s / rate).
+post_only() { awk -v key="$1" '/side=computeboard path=post-only / { for (i = 1; i <= NF; i++) if (index($i, key "=") == 1) { print substr($i, length(key) + 2); exit } }' "$du"; }
+aq10=$(kv "$du" asynq 10 0 tasks_per_s)
+printf 'Redis CPU per request, 10 clients: computeboard post→durable job %s µs, of which the poster'"'"'s Store.Post alone (no intake, same Redis) %s µs; asynq enqueue→handler %s µs per task. At 1.5x asynq'"'"'s rate (%s/s) one Redis core has at most %s µs per request in all\n' \
+  "$(kv "$du" computeboard 10 0 redis_cpu_us_per_req)" "$(post_only redis_cpu_us_per_req)" "$(kv "$du" asynq 10 0 redis_cpu_us_per_task)" \
+  "$(awk -v r="$aq10" 'BEGIN { printf "%.0f", 1.5 * r }')" "$(awk -v r="$aq10" 'BEGIN { if (r > 0) printf "%.0f", 1e6 / (1.5 * r); else print "n/a" }')"
 printf 'post→accepted at a paced 1,000 req/s, 10 clients, %s requests: p50 %s µs, p99 %s µs (asynq enqueue→handler at the same load: p50 %s µs, p99 %s µs)\n' \
   "$PACED_N" "$(kv "$du" computeboard 10 1000 p50_us)" "$(kv "$du" computeboard 10 1000 p99_us)" \
   "$(kv "$du" asynq 10 1000 p50_us)" "$(kv "$du" asynq 10 1000 p99_us)"

@@ -22,6 +22,12 @@
 // job entries, their indexes and events). -cpuprofile writes a CPU profile;
 // -keep leaves the board in Redis to inspect.
 //
+// With -post-only there is no intake: the posters' Store.Post alone
+// (path=post-only), with its rate and CPU figures, and a check that every
+// request entry and intake message is there. Its redis_cpu_us_per_req is
+// the Redis work the contract's post costs before computeboard does
+// anything; scripts/bench.sh prints it beside the whole path's and asynq's.
+//
 // With -rate 0 the posters go as fast as they can and req_per_s is the
 // rate until the last job is durable; with -rate R they offer R requests/s
 // together, and p50_us/p99_us are the post→accepted latency at that load.
@@ -79,6 +85,7 @@ type options struct {
 	timeout       time.Duration
 	cpuprofile    string
 	keep          bool
+	postOnly      bool
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -92,6 +99,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up after this long")
 	fs.BoolVar(&o.keep, "keep", false, "leave the run's board in Redis (to inspect it) instead of deleting it")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the run (posters and intake) to this file")
+	fs.BoolVar(&o.postOnly, "post-only", false, "posters only, no intake: what Store.Post alone costs (path=post-only)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -119,6 +127,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	n := float64(o.n)
+	if o.postOnly {
+		_, err = fmt.Fprintf(stdout, "side=computeboard path=post-only clients=%d n=%d rate=%g secs=%.3f req_per_s=%.0f go_cpu_us_per_req=%.1f redis_cpu_us_per_req=%.1f redis_bytes_per_req=%.0f entries=%d\n",
+			o.clients, o.n, o.rate, r.elapsed.Seconds(), n/r.elapsed.Seconds(),
+			float64(r.goCPU.Microseconds())/n, float64(r.redisCPU.Microseconds())/n, float64(r.memBytes)/n, r.jobs)
+		return err
+	}
 	_, err = fmt.Fprintf(stdout, "side=computeboard path=post-to-durable-job clients=%d n=%d rate=%g secs=%.3f req_per_s=%.0f p50_us=%d p99_us=%d go_cpu_us_per_req=%.1f redis_cpu_us_per_req=%.1f redis_bytes_per_job=%.0f jobs=%d unacked=%d\n",
 		o.clients, o.n, o.rate, r.elapsed.Seconds(), n/r.elapsed.Seconds(),
 		r.quantile(0.50).Microseconds(), r.quantile(0.99).Microseconds(),
@@ -129,7 +143,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 type result struct {
 	elapsed time.Duration
 	lat     []time.Duration // sorted
-	jobs    int64           // job records active after the run
+	jobs    int64           // job records active after the run (-post-only: request entries)
 	unacked int64           // intake messages still pending after the run
 	// CPU time of this process (posters and intake together) and of the
 	// Redis server during the timed part: less noisy than rates on a busy
@@ -186,12 +200,18 @@ func measure(ctx context.Context, rdb *redis.Client, o options) (result, error) 
 	g, gctx := errgroup.WithContext(ctx)
 	runCtx, stopRun := context.WithCancel(gctx)
 	g.Go(func() error { return ignoreCancel(store.Run(runCtx)) })
-	g.Go(func() error { return ignoreCancel(br.Run(runCtx)) })
+	if !o.postOnly { // nothing reads the lanes
+		g.Go(func() error { return ignoreCancel(br.Run(runCtx)) })
+	}
 
 	gcpu0 := processCPU()
 	start := time.Now()
 	var end time.Time
+	var posted atomic.Int64
 	g.Go(func() error { // the adapter's intake loop
+		if o.postOnly {
+			return nil
+		}
 		left := o.n
 		for left > 0 {
 			ds, err := br.NextBatch(gctx, intakeBatch)
@@ -232,12 +252,19 @@ func measure(ctx context.Context, rdb *redis.Client, o options) (result, error) 
 				if _, err := store.Post(gctx, entries[i]); err != nil {
 					return fmt.Errorf("post: %w", err)
 				}
+				if o.postOnly && posted.Add(1) == int64(o.n) {
+					end = time.Now()
+					stopRun()
+				}
 			}
 			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
 		return result{}, err
+	}
+	if o.postOnly {
+		return postedCheck(store, rdb, o, end.Sub(start), processCPU()-gcpu0, mem0, rcpu0)
 	}
 	r := result{elapsed: end.Sub(start), lat: lat, goCPU: processCPU() - gcpu0}
 	slices.Sort(r.lat)
@@ -263,6 +290,37 @@ func measure(ctx context.Context, rdb *redis.Client, o options) (result, error) 
 	}
 	if r.jobs != int64(o.n) || r.unacked != 0 {
 		return r, fmt.Errorf("after the run: %d job records active, want %d; %d intake messages unacknowledged, want 0", r.jobs, o.n, r.unacked)
+	}
+	return r, nil
+}
+
+// postedCheck is measure's end for -post-only: the figures, and a check that
+// every request entry and intake message was written.
+func postedCheck(store *blackboard.Store, rdb *redis.Client, o options, elapsed, goCPU time.Duration, mem0 int64, rcpu0 time.Duration) (result, error) {
+	bg := context.Background()
+	r := result{elapsed: elapsed, goCPU: goCPU}
+	mem1, rcpu1, err := redisUsage(bg, rdb)
+	if err != nil {
+		return result{}, err
+	}
+	r.memBytes, r.redisCPU = mem1-mem0, rcpu1-rcpu0
+	if r.jobs, err = rdb.ZCard(bg, store.Keys().Topic(blackboard.RequestTopic)).Result(); err != nil {
+		return result{}, err
+	}
+	lanes, err := rdb.SMembers(bg, store.Keys().InboxLanes()).Result()
+	if err != nil {
+		return result{}, err
+	}
+	var msgs int64
+	for _, l := range lanes {
+		n, err := rdb.XLen(bg, store.Keys().ModuleInboxes()+l).Result()
+		if err != nil {
+			return result{}, fmt.Errorf("xlen %s: %w", l, err)
+		}
+		msgs += n
+	}
+	if r.jobs != int64(o.n) || msgs != int64(o.n) {
+		return r, fmt.Errorf("after the posts: %d request entries, %d intake messages; want %d of each", r.jobs, msgs, o.n)
 	}
 	return r, nil
 }

@@ -7,7 +7,10 @@
 // -concurrency workers runs a handler that only records the time. It
 // prints one line of key=value pairs: tasks_per_s is -n over the time from
 // the first enqueue to the last handler's completion, p50_us/p99_us the
-// enqueue→handler latency.
+// enqueue→handler latency, and redis_cpu_us_per_task the Redis server's CPU
+// time (INFO cpu, user + sys, before the first enqueue and after the last
+// handler) per task: beside cmd/cbbench's redis_cpu_us_per_req, what each
+// side asks of the one Redis they share.
 //
 // The server starts before the first enqueue. -check-interval is asynq's
 // TaskCheckInterval, how long an idle worker sleeps before polling again
@@ -98,9 +101,15 @@ func run() error {
 	defer srv.Shutdown()
 	client := asynq.NewClient(opt)
 	defer client.Close()
+	rdb := opt.MakeRedisClient().(redis.UniversalClient)
+	defer rdb.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
+	cpu0, err := redisCPU(ctx, rdb)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	errs := make(chan error, *clients)
 	var wg sync.WaitGroup
@@ -134,12 +143,40 @@ func run() error {
 	case <-ctx.Done():
 		return fmt.Errorf("%d of %d tasks not handled after %v", left.Load(), *n, *timeout)
 	}
+	cpu1, err := redisCPU(ctx, rdb)
+	if err != nil {
+		return err
+	}
 	elapsed := end.Sub(start)
 	slices.Sort(lat)
 	q := func(p float64) int64 { return lat[int(p*float64(len(lat)-1))].Microseconds() }
-	fmt.Printf("side=asynq path=enqueue-to-handler clients=%d n=%d rate=%g concurrency=%d secs=%.3f tasks_per_s=%.0f p50_us=%d p99_us=%d\n",
-		*clients, *n, *rate, *concurrency, elapsed.Seconds(), float64(*n)/elapsed.Seconds(), q(0.50), q(0.99))
+	fmt.Printf("side=asynq path=enqueue-to-handler clients=%d n=%d rate=%g concurrency=%d secs=%.3f tasks_per_s=%.0f p50_us=%d p99_us=%d redis_cpu_us_per_task=%.1f\n",
+		*clients, *n, *rate, *concurrency, elapsed.Seconds(), float64(*n)/elapsed.Seconds(), q(0.50), q(0.99),
+		float64((cpu1-cpu0).Microseconds())/float64(*n))
 	return nil
+}
+
+// redisCPU is the Redis server's CPU time so far (INFO cpu: used_cpu_sys
+// plus used_cpu_user). The handlers' completions come before the server's
+// own bookkeeping of them (asynq acknowledges after the handler returns),
+// so a few tasks' last writes may fall after the second reading.
+func redisCPU(ctx context.Context, rdb redis.UniversalClient) (time.Duration, error) {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var cpu time.Duration
+	for _, l := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, fmt.Errorf("INFO cpu %s: %w", k, err)
+			}
+			cpu += time.Duration(f * float64(time.Second))
+		}
+	}
+	return cpu, nil
 }
 
 // pendingMemory enqueues n tasks, clients at a time, with no server
