@@ -136,10 +136,7 @@ func TestConsumeAcceptedRetracted(t *testing.T) {
 	s := bd.jobs
 	ctx := t.Context()
 	spec := bd.post(t, "m", okData)
-	r, err := s.Accept(ctx, spec)
-	if err != nil || !r.Created {
-		t.Fatal(r, err)
-	}
+	r := bd.record(t, spec)
 	if err := s.PublishAccepted(ctx, spec, r.Job); err != nil {
 		t.Fatal(err)
 	}
@@ -169,10 +166,7 @@ func TestPublishAcceptedAfterAChange(t *testing.T) {
 	s := bd.jobs
 	ctx := t.Context()
 	spec := bd.post(t, "m", okData)
-	r, err := s.Accept(ctx, spec)
-	if err != nil || !r.Created {
-		t.Fatal(r, err)
-	}
+	r := bd.record(t, spec)
 	if _, err := s.Transition(ctx, r.Job.JobID, wire.JobQueued, wire.JobCancelled, Update{}); err != nil {
 		t.Fatal(err)
 	}

@@ -94,6 +94,17 @@ func (bd *board) accept(t testing.TB, s *Store, spec AcceptSpec) (Job, bool) {
 	return j, r.Created
 }
 
+// record is acceptance's first step alone (Accept), which must create the
+// job's record.
+func (bd *board) record(t testing.TB, spec AcceptSpec) AcceptResult {
+	t.Helper()
+	r, err := bd.jobs.Accept(context.Background(), spec)
+	if err != nil || !r.Created {
+		t.Fatalf("Accept: %+v, %v; want a new record", r, err)
+	}
+	return r
+}
+
 // acceptMany posts n requests of planner with data and accepts each, a
 // millisecond of the board's clock apart (a distinct acceptance each).
 func (bd *board) acceptMany(tb testing.TB, n int, data string) []AcceptSpec {
