@@ -10,7 +10,6 @@ import (
 
 	"github.com/computeboard/computeboard/blackboard"
 	"github.com/computeboard/computeboard/wire"
-	"github.com/redis/go-redis/v9"
 )
 
 // PublishAccepted is acceptance's second step: post the compute.job entry
@@ -250,7 +249,7 @@ func (s *Store) mirrorAll(ctx context.Context, jd wire.JobData, h map[string]str
 // again (for an end, a second compute.job.finished, which readers allow).
 func (s *Store) unlist(ctx context.Context, jobID, version string) {
 	err := scriptUnlist.Run(ctx, s.rdb, []string{s.keys.Job(jobID), s.keys.JobsUnmirrored()}, jobID, version).Err()
-	if err != nil && !errors.Is(err, redis.Nil) {
+	if err != nil {
 		s.log.Warn("mirrored job change still listed for repair", "job", jobID, "err", err)
 	}
 }

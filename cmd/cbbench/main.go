@@ -263,9 +263,6 @@ func measure(ctx context.Context, rdb *redis.Client, o options) (result, error) 
 	if err := g.Wait(); err != nil {
 		return result{}, err
 	}
-	if o.postOnly {
-		return postedCheck(store, rdb, o, end.Sub(start), processCPU()-gcpu0, mem0, rcpu0)
-	}
 	r := result{elapsed: end.Sub(start), lat: lat, goCPU: processCPU() - gcpu0}
 	slices.Sort(r.lat)
 	bg := context.Background()
@@ -274,11 +271,14 @@ func measure(ctx context.Context, rdb *redis.Client, o options) (result, error) 
 		return result{}, err
 	}
 	r.memBytes, r.redisCPU = mem1-mem0, rcpu1-rcpu0
-	if r.jobs, err = rdb.ZCard(bg, store.Keys().JobsActive()).Result(); err != nil {
-		return result{}, err
-	}
 	lanes, err := rdb.SMembers(bg, store.Keys().InboxLanes()).Result()
 	if err != nil {
+		return result{}, err
+	}
+	if o.postOnly {
+		return r, postedCheck(bg, rdb, store.Keys(), lanes, o.n, &r)
+	}
+	if r.jobs, err = rdb.ZCard(bg, store.Keys().JobsActive()).Result(); err != nil {
 		return result{}, err
 	}
 	for _, l := range lanes {
@@ -294,35 +294,25 @@ func measure(ctx context.Context, rdb *redis.Client, o options) (result, error) 
 	return r, nil
 }
 
-// postedCheck is measure's end for -post-only: the figures, and a check that
-// every request entry and intake message was written.
-func postedCheck(store *blackboard.Store, rdb *redis.Client, o options, elapsed, goCPU time.Duration, mem0 int64, rcpu0 time.Duration) (result, error) {
-	bg := context.Background()
-	r := result{elapsed: elapsed, goCPU: goCPU}
-	mem1, rcpu1, err := redisUsage(bg, rdb)
-	if err != nil {
-		return result{}, err
-	}
-	r.memBytes, r.redisCPU = mem1-mem0, rcpu1-rcpu0
-	if r.jobs, err = rdb.ZCard(bg, store.Keys().Topic(blackboard.RequestTopic)).Result(); err != nil {
-		return result{}, err
-	}
-	lanes, err := rdb.SMembers(bg, store.Keys().InboxLanes()).Result()
-	if err != nil {
-		return result{}, err
+// postedCheck is measure's check for -post-only: every request entry (its
+// count goes into r.jobs) and every intake message on lanes was written.
+func postedCheck(ctx context.Context, rdb *redis.Client, keys blackboard.Keys, lanes []string, n int, r *result) error {
+	var err error
+	if r.jobs, err = rdb.ZCard(ctx, keys.Topic(blackboard.RequestTopic)).Result(); err != nil {
+		return err
 	}
 	var msgs int64
 	for _, l := range lanes {
-		n, err := rdb.XLen(bg, store.Keys().ModuleInboxes()+l).Result()
+		m, err := rdb.XLen(ctx, keys.ModuleInboxes()+l).Result()
 		if err != nil {
-			return result{}, fmt.Errorf("xlen %s: %w", l, err)
+			return fmt.Errorf("xlen %s: %w", l, err)
 		}
-		msgs += n
+		msgs += m
 	}
-	if r.jobs != int64(o.n) || msgs != int64(o.n) {
-		return r, fmt.Errorf("after the posts: %d request entries, %d intake messages; want %d of each", r.jobs, msgs, o.n)
+	if r.jobs != int64(n) || msgs != int64(n) {
+		return fmt.Errorf("after the posts: %d request entries, %d intake messages; want %d of each", r.jobs, msgs, n)
 	}
-	return r, nil
+	return nil
 }
 
 // redisUsage reads used_memory and the server's CPU time (user + sys)

@@ -161,22 +161,8 @@ func run() error {
 // own bookkeeping of them (asynq acknowledges after the handler returns),
 // so a few tasks' last writes may fall after the second reading.
 func redisCPU(ctx context.Context, rdb redis.UniversalClient) (time.Duration, error) {
-	info, err := rdb.Info(ctx, "cpu").Result()
-	if err != nil {
-		return 0, err
-	}
-	var cpu time.Duration
-	for _, l := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
-		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return 0, fmt.Errorf("INFO cpu %s: %w", k, err)
-			}
-			cpu += time.Duration(f * float64(time.Second))
-		}
-	}
-	return cpu, nil
+	secs, err := infoSum(ctx, rdb, "cpu", "used_cpu_sys", "used_cpu_user")
+	return time.Duration(secs * float64(time.Second)), err
 }
 
 // pendingMemory enqueues n tasks, clients at a time, with no server
@@ -221,14 +207,32 @@ func pendingMemory(opt asynq.RedisClientOpt, queue string, clients, n int, paylo
 }
 
 func usedMemory(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
-	info, err := rdb.Info(ctx, "memory").Result()
+	b, err := infoSum(ctx, rdb, "memory", "used_memory")
+	return int64(b), err
+}
+
+// infoSum is the sum of the named fields of INFO section; each must be
+// there.
+func infoSum(ctx context.Context, rdb redis.UniversalClient, section string, fields ...string) (float64, error) {
+	info, err := rdb.Info(ctx, section).Result()
 	if err != nil {
 		return 0, err
 	}
+	var sum float64
+	found := 0
 	for _, l := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "used_memory:"); ok {
-			return strconv.ParseInt(v, 10, 64)
+		k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if ok && slices.Contains(fields, k) {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, fmt.Errorf("INFO %s %s: %w", section, k, err)
+			}
+			sum += f
+			found++
 		}
 	}
-	return 0, errors.New("INFO memory has no used_memory")
+	if found != len(fields) {
+		return 0, fmt.Errorf("INFO %s lacks some of %v", section, fields)
+	}
+	return sum, nil
 }
